@@ -1,0 +1,175 @@
+"""Every operating-system call the store makes goes through this module.
+
+It is the one seam for platform differences (fsync flavour, directory fsync, file
+locking, "who holds this lock") and for fault injection: the store always calls these
+functions as attributes of this module (``_platform.write(...)``), so a test or
+:mod:`jsonl_sessions.testing` can replace one of them and make the Nth ``write``,
+``fsync``, ``replace``, ``truncate``, ``unlink`` or ``open`` fail.
+
+Files are opened with ``O_NOFOLLOW`` (a symlink planted inside root is never followed)
+and ``O_CLOEXEC``, and created with mode 0600.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+
+IS_WINDOWS = sys.platform == "win32"
+IS_DARWIN = sys.platform == "darwin"
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_BINARY = getattr(os, "O_BINARY", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+#: Errors that mean "the path is a symlink (or not a plain file) and was not followed".
+SYMLINK_ERRNOS = frozenset({errno.ELOOP, errno.EMLINK, errno.ENOTDIR, errno.EISDIR})
+
+
+def open_file(path: str, flags: int, mode: int = 0o600) -> int:
+    """Open ``path`` without following a final symlink; new files get ``mode``."""
+    return os.open(path, flags | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY, mode)
+
+
+def close(fd: int) -> None:
+    os.close(fd)
+
+
+def fstat(fd: int) -> os.stat_result:
+    return os.fstat(fd)
+
+
+def pread(fd: int, size: int, offset: int) -> bytes:
+    """Read up to ``size`` bytes at ``offset`` (loops over short reads until EOF)."""
+    chunks = []
+    while size > 0:
+        chunk = os.pread(fd, size, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+        offset += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def write(fd: int, data: bytes) -> None:
+    """Write all of ``data`` at the descriptor's position (one syscall unless it is short)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def pwrite(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset``."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
+if IS_DARWIN:  # pragma: no cover - not this machine
+    import fcntl as _fcntl
+
+    def fsync(fd: int) -> None:
+        """Flush to stable storage: F_FULLFSYNC, since plain fsync on macOS stops at the drive cache."""
+        try:
+            _fcntl.fcntl(fd, _fcntl.F_FULLFSYNC)
+        except OSError:
+            os.fsync(fd)
+
+else:
+
+    def fsync(fd: int) -> None:
+        """Flush the file's data and metadata to stable storage."""
+        os.fsync(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a directory's entries (create, rename, unlink) durable. No-op on Windows."""
+    if IS_WINDOWS:  # pragma: no cover - directories cannot be opened there
+        return
+    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace(src: str, dst: str) -> None:
+    """Atomically rename ``src`` over ``dst`` (same directory)."""
+    os.replace(src, dst)
+
+
+def truncate(fd: int, size: int) -> None:
+    os.ftruncate(fd, size)
+
+
+def unlink(path: str) -> None:
+    os.unlink(path)
+
+
+def mkdir(path: str, mode: int = 0o700) -> None:
+    os.mkdir(path, mode)
+
+
+if IS_WINDOWS:  # pragma: no cover - not this machine
+    import filelock as _filelock
+
+    def try_lock(fd: int) -> bool:
+        """Take the exclusive lock on ``fd`` if free; never blocks."""
+        return bool(_filelock.lock_descriptor(fd, blocking=False))
+
+    def unlock(fd: int) -> None:
+        _filelock.unlock_descriptor(fd)
+
+    def lock_holder(fd: int) -> int | None:
+        return None
+
+else:
+    import fcntl as _fcntl
+
+    def try_lock(fd: int) -> bool:
+        """Take the exclusive flock on ``fd`` if free; never blocks.
+
+        flock locks belong to the open file description, so two descriptors (two
+        store instances, or two processes) exclude each other; a crashed holder's lock
+        is released by the kernel.
+        """
+        try:
+            _fcntl.flock(fd, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        except OSError as exc:  # EWOULDBLOCK on some platforms is not BlockingIOError
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                return False
+            raise
+        return True
+
+    def unlock(fd: int) -> None:
+        _fcntl.flock(fd, _fcntl.LOCK_UN)
+
+    def lock_holder(fd: int) -> int | None:
+        """The pid holding a flock on ``fd``'s file, where the platform tells (Linux /proc/locks)."""
+        try:
+            st = os.fstat(fd)
+            with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+                lines = locks.read().splitlines()
+        except OSError:
+            return None
+        for line in lines:
+            parts = line.split()
+            # "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF" (blocked waiters have "->")
+            if len(parts) < 6 or parts[1] != "FLOCK" or "->" in parts:
+                continue
+            try:
+                pid = int(parts[4])
+                _major, _minor, inode = parts[5].split(":")
+            except ValueError:
+                continue
+            if int(inode) == st.st_ino:
+                return pid
+        return None

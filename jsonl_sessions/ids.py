@@ -1,0 +1,101 @@
+"""Message ids: ULIDs (26 Crockford base32 chars: 48-bit ms time, 80 random bits).
+
+Within a session ids are strictly increasing in string order, which for ULIDs is also
+numeric order. :func:`next_id` makes the next id after a given one: a fresh ULID when
+the clock has moved on, else the previous value plus one, so ids stay monotonic within
+one millisecond and after the clock steps backwards.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+ULID_LENGTH = 26
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = [_ALPHABET[i >> 5] + _ALPHABET[i & 31] for i in range(1024)]
+_VALUES = {c: i for i, c in enumerate(_ALPHABET)}
+_MAX = (1 << 128) - 1
+_getrandbits = random.getrandbits
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the Unix epoch."""
+    return time.time_ns() // 1_000_000
+
+
+def encode(value: int) -> str:
+    """The 26-char ULID text of a 128-bit integer."""
+    t = _PAIRS
+    n = value
+    return "".join((
+        t[n >> 120], t[(n >> 110) & 1023], t[(n >> 100) & 1023], t[(n >> 90) & 1023],
+        t[(n >> 80) & 1023], t[(n >> 70) & 1023], t[(n >> 60) & 1023], t[(n >> 50) & 1023],
+        t[(n >> 40) & 1023], t[(n >> 30) & 1023], t[(n >> 20) & 1023], t[(n >> 10) & 1023], t[n & 1023],
+    ))
+
+
+def decode(text: str) -> int | None:
+    """The integer value of a canonical (upper-case) ULID, or None when ``text`` is not one."""
+    if len(text) != ULID_LENGTH or text[0] > "7":
+        return None
+    value = 0
+    values = _VALUES
+    for ch in text:
+        digit = values.get(ch)
+        if digit is None:
+            return None
+        value = (value << 5) | digit
+    return value
+
+
+def timestamp_ms(text: str) -> int | None:
+    """The millisecond timestamp inside a ULID, None when ``text`` is not a ULID."""
+    value = decode(text)
+    return None if value is None else value >> 80
+
+
+def next_id(previous: str | None, clock: Callable[[], int] = now_ms) -> str | None:
+    """A new ULID sorting strictly after ``previous``; None when no ULID can (``previous``
+    is a custom id sorting above every ULID, or the maximal ULID)."""
+    candidate = (clock() << 80) | _getrandbits(80)
+    if previous:
+        prev_value = decode(previous)
+        if prev_value is not None:
+            if candidate <= prev_value:
+                if prev_value >= _MAX:
+                    return None
+                candidate = prev_value + 1
+        elif encode(candidate) <= previous:
+            return None
+    return encode(candidate)
+
+
+def ids_between(low: str | None, high: str, count: int, clock: Callable[[], int] = now_ms) -> list[str] | None:
+    """``count`` increasing ULIDs strictly between ``low`` and ``high``; None when impossible.
+
+    Fresh time-based ids are used when they fit below ``high``; otherwise (``high`` is
+    older than now, e.g. a breadcrumb inserted before kept history) the ids just below
+    ``high`` are taken.
+    """
+    out: list[str] = []
+    prev = low
+    for _ in range(count):
+        nxt = next_id(prev, clock)
+        if nxt is None or nxt >= high:
+            break
+        out.append(nxt)
+        prev = nxt
+    if len(out) == count:
+        return out
+    high_value = decode(high)
+    if high_value is None:
+        return None
+    low_value = -1 if low is None else decode(low)
+    if low_value is None and low is not None:
+        return None
+    first = high_value - count
+    if first <= (low_value if low_value is not None else -1):
+        return None
+    return [encode(first + i) for i in range(count)]

@@ -1,0 +1,237 @@
+"""The per-session mutation guard, and the session's control file.
+
+One guard per session (per lock file), shared by every :class:`SessionStore` in the
+process: a ``threading.RLock`` (reentrant in a thread, exclusive across threads) plus an
+exclusive ``flock`` on the session's lock file (exclusive across processes, released by
+the kernel if the holder dies). Waiting polls the flock with a short exponential
+backoff (0.1 ms doubling to 5 ms) until ``lock_timeout``, then raises
+:class:`LockTimeoutError` naming the session and, on Linux, the holder's pid. Lock files
+are never unlinked: unlinking a lock file while someone waits on it would let two
+processes hold "the" lock at once.
+
+The lock file is also the session's *control file* (layout in docs/format.md):
+
+- bytes 8-16: a sequence counter (little-endian u64), odd while a mutation rewrites bytes
+  in place (truncate, truncate-then-write). Readers take no lock: they read the counter,
+  the transcript, and the counter again, and retry when it was odd or changed, so they
+  never see a line spliced from old and new bytes.
+- bytes 16-: a roll-forward record (one JSON line) written and fsynced *before* a
+  multi-step mutation touches the session; whoever next takes the guard completes it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from typing import Any
+
+import orjson
+
+from . import _platform
+from .errors import LockTimeoutError
+
+SEQ_OFFSET = 8
+RECORD_OFFSET = 16
+_SEQ = struct.Struct("<Q")
+_MAX_IDLE_GUARDS = 512
+_FIRST_DELAY = 0.0001
+_MAX_DELAY = 0.005
+
+
+class GuardClosed(Exception):
+    """Internal: the guard was evicted from the registry; get a fresh one."""
+
+
+class SessionGuard:
+    """The process-wide guard of one session. Use through :meth:`GuardRegistry.get`."""
+
+    __slots__ = ("path", "_rlock", "_fd", "_depth", "closed", "seq", "record")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._rlock = threading.RLock()
+        self._fd = -1
+        self._depth = 0
+        self.closed = False
+        self.seq = 0
+        #: The roll-forward record found when the guard was taken (bytes), or None.
+        self.record: bytes | None = None
+
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    @property
+    def held(self) -> bool:
+        return self._depth > 0
+
+    def acquire(self, timeout: float | None, key: str) -> bool:
+        """Take the guard; True when this call took the process lock (depth 0 -> 1), so the
+        caller must look at :attr:`record` and :attr:`seq` for recovery work; False when
+        the thread already held it. Raises :class:`LockTimeoutError`, or
+        :class:`GuardClosed` if the guard was evicted meanwhile (look it up again)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._rlock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+            raise LockTimeoutError(key=key, path=self.path, timeout=timeout, holder_pid=os.getpid())
+        if self.closed:
+            self._rlock.release()
+            raise GuardClosed
+        if self._depth:
+            self._depth += 1
+            return False
+        try:
+            if self._fd == -1:
+                self._fd = _platform.open_file(self.path, os.O_RDWR | os.O_CREAT)
+            self._lock_file(deadline, timeout, key)
+            try:
+                head = _platform.pread(self._fd, 4096, 0)
+            except BaseException:
+                _platform.unlock(self._fd)
+                raise
+        except BaseException:
+            self._rlock.release()
+            raise
+        self._depth = 1
+        self.seq = _SEQ.unpack_from(head, SEQ_OFFSET)[0] if len(head) >= RECORD_OFFSET else 0
+        self.record = head[RECORD_OFFSET:] if len(head) > RECORD_OFFSET and head[RECORD_OFFSET] else None
+        if self.record is not None and len(head) == 4096:
+            self.record = _platform.pread(self._fd, 1 << 24, RECORD_OFFSET)
+        return True
+
+    def _lock_file(self, deadline: float | None, timeout: float | None, key: str) -> None:
+        if _platform.try_lock(self._fd):
+            return
+        delay = _FIRST_DELAY
+        while True:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    holder = _platform.lock_holder(self._fd)
+                    raise LockTimeoutError(key=key, path=self.path, timeout=timeout, holder_pid=holder)
+                time.sleep(min(delay, left))
+            else:
+                time.sleep(delay)
+            delay = min(delay * 2, _MAX_DELAY)
+            if _platform.try_lock(self._fd):
+                return
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            try:
+                _platform.unlock(self._fd)
+            finally:
+                self._rlock.release()
+        else:
+            self._rlock.release()
+
+    # -- control file (only while held) ----------------------------------------------
+    def begin_in_place(self) -> None:
+        """Mark the start of an in-place rewrite of transcript bytes (sequence -> odd)."""
+        if not self.seq & 1:
+            self.seq += 1
+            _platform.pwrite(self._fd, _SEQ.pack(self.seq), SEQ_OFFSET)
+
+    def end_in_place(self) -> None:
+        """Mark its end (sequence -> even); readers that overlapped it retry."""
+        if self.seq & 1:
+            self.seq += 1
+            _platform.pwrite(self._fd, _SEQ.pack(self.seq), SEQ_OFFSET)
+
+    def write_record(self, record: dict[str, Any], durable: bool) -> None:
+        """Commit a roll-forward record: after this returns (durable: fsynced) recovery
+        completes the mutation it describes."""
+        data = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        _platform.pwrite(self._fd, data, RECORD_OFFSET)
+        _platform.truncate(self._fd, RECORD_OFFSET + len(data))
+        if durable:
+            _platform.fsync(self._fd)
+        self.record = data
+
+    def clear_record(self, durable: bool) -> None:
+        """Drop the record once its mutation is complete (durable: fsynced, so a power loss
+        cannot bring back a finished record)."""
+        _platform.truncate(self._fd, RECORD_OFFSET)
+        if durable:
+            _platform.fsync(self._fd)
+        self.record = None
+
+    def close(self) -> None:
+        if self._fd != -1:
+            try:
+                _platform.close(self._fd)
+            except OSError:
+                pass
+            self._fd = -1
+        self.closed = True
+
+
+def parse_record(raw: bytes) -> dict[str, Any] | None:
+    """A committed record, or None when ``raw`` is torn or garbage (never committed)."""
+    end = raw.find(b"\n")
+    if end == -1:
+        return None
+    try:
+        record = orjson.loads(raw[:end])
+    except orjson.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_seq(path: str) -> int:
+    """A reader's look at a session's sequence counter (0 when there is no lock file)."""
+    try:
+        fd = _platform.open_file(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return 0
+    try:
+        raw = _platform.pread(fd, 8, SEQ_OFFSET)
+    finally:
+        _platform.close(fd)
+    return _SEQ.unpack(raw)[0] if len(raw) == 8 else 0
+
+
+class GuardRegistry:
+    """Process-wide map of lock-file path -> :class:`SessionGuard` (bounded: idle guards
+    beyond a few hundred have their descriptors closed)."""
+
+    def __init__(self) -> None:
+        self._guards: dict[str, SessionGuard] = {}
+        self._lock = threading.Lock()
+
+    def get(self, path: str) -> SessionGuard:
+        guard = self._guards.get(path)
+        if guard is not None:
+            return guard
+        with self._lock:
+            guard = self._guards.get(path)
+            if guard is None:
+                if len(self._guards) >= _MAX_IDLE_GUARDS:
+                    self._evict_idle()
+                guard = self._guards[path] = SessionGuard(path)
+            return guard
+
+    def _evict_idle(self) -> None:
+        for path, guard in list(self._guards.items()):
+            if guard._rlock.acquire(blocking=False):
+                try:
+                    if guard._depth == 0:
+                        del self._guards[path]
+                        guard.close()
+                finally:
+                    guard._rlock.release()
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: forget the parent's guards (their locks are the parent's)."""
+        old = self._guards
+        self._guards = {}
+        self._lock = threading.Lock()
+        for guard in old.values():
+            guard.close()
+
+
+REGISTRY = GuardRegistry()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=REGISTRY.reset_after_fork)
