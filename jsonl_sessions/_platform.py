@@ -77,7 +77,7 @@ if IS_DARWIN:  # pragma: no cover - not this machine
     def fsync(fd: int) -> None:
         """Flush to stable storage: F_FULLFSYNC, since plain fsync on macOS stops at the drive cache."""
         try:
-            _fcntl.fcntl(fd, _fcntl.F_FULLFSYNC)
+            _fcntl.fcntl(fd, _fcntl.F_FULLFSYNC)  # type: ignore[attr-defined]
         except OSError:
             os.fsync(fd)
 

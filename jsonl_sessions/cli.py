@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Sequence
 
 from .errors import SessionStoreError
+from .keys import key_to_stem
 from .store import SessionStore
 
 
@@ -37,7 +38,7 @@ def demo(root: str | None = None) -> int:
         store.append(key, {"role": "assistant", "content": "4."}),
     ]
     _say(f"appended {len(ids)} messages to session {key!r}; ids are ULIDs, increasing: {ids[0]} .. {ids[-1]}")
-    path = os.path.join(root, sorted(n for n in os.listdir(root) if n.endswith(".jsonl"))[0])
+    path = os.path.join(root, key_to_stem(key) + ".jsonl")
     _say(f"transcript file: {path}")
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -96,6 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return demo(args.root)
         parser.print_help()
         return 2
+    except BrokenPipeError:  # e.g. piped into `head`: stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except SessionStoreError as exc:
         print(f"jsonl-sessions: error: {exc}", file=sys.stderr)
         return 1

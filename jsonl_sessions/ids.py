@@ -9,13 +9,15 @@ one millisecond and after the clock steps backwards.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable
 
 ULID_LENGTH = 26
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _PAIRS = [_ALPHABET[i >> 5] + _ALPHABET[i & 31] for i in range(1024)]
-_VALUES = {c: i for i, c in enumerate(_ALPHABET)}
+_ULID_RE = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
+_TO_BASE32HEX = str.maketrans(_ALPHABET, "0123456789abcdefghijklmnopqrstuv")
 _MAX = (1 << 128) - 1
 _getrandbits = random.getrandbits
 
@@ -38,16 +40,9 @@ def encode(value: int) -> str:
 
 def decode(text: str) -> int | None:
     """The integer value of a canonical (upper-case) ULID, or None when ``text`` is not one."""
-    if len(text) != ULID_LENGTH or text[0] > "7":
+    if _ULID_RE.fullmatch(text) is None:
         return None
-    value = 0
-    values = _VALUES
-    for ch in text:
-        digit = values.get(ch)
-        if digit is None:
-            return None
-        value = (value << 5) | digit
-    return value
+    return int(text.translate(_TO_BASE32HEX), 32)
 
 
 def timestamp_ms(text: str) -> int | None:

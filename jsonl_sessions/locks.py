@@ -47,7 +47,7 @@ class GuardClosed(Exception):
 class SessionGuard:
     """The process-wide guard of one session. Use through :meth:`GuardRegistry.get`."""
 
-    __slots__ = ("path", "_rlock", "_fd", "_depth", "closed", "seq", "record")
+    __slots__ = ("_depth", "_fd", "_rlock", "closed", "path", "record", "seq")
 
     def __init__(self, path: str) -> None:
         self.path = path

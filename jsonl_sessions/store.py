@@ -42,11 +42,12 @@ from .errors import (
     InvalidMessageError,
     LockTimeoutError,
     SessionNotFoundError,
+    SessionStoreError,
     UnsafePathError,
 )
 from .keys import hashed_stem_matches, is_hashed, key_to_stem, stem_to_key
 from .locks import REGISTRY, GuardClosed, SessionGuard, parse_record, read_seq
-from .transcript import Tail, check_record, iter_lines_backward, line_number_of, parse, read_tail, warn_bad, log
+from .transcript import Tail, check_record, iter_lines_backward, line_number_of, log, parse, read_tail, warn_bad
 from .types import ChatMessage, TimestampedMessage, as_message
 
 Durability = Literal["fsync", "flush"]
@@ -63,7 +64,7 @@ _READ_RETRY_SECONDS = 0.2
 class _Session:
     """Names and paths of one session (cached per store)."""
 
-    __slots__ = ("key", "stem", "transcript", "sidecar", "lock", "tmp_transcript", "tmp_sidecar")
+    __slots__ = ("key", "lock", "sidecar", "stem", "tmp_sidecar", "tmp_transcript", "transcript")
 
     def __init__(self, root: str, key: str, stem: str) -> None:
         self.key = key
@@ -79,7 +80,7 @@ class _Session:
 class _Held:
     """``with``-block holding a session's guard."""
 
-    __slots__ = ("_store", "_session", "guard")
+    __slots__ = ("_session", "_store", "guard")
 
     def __init__(self, store: SessionStore, session: _Session) -> None:
         self._store = store
@@ -145,7 +146,7 @@ class SessionStore:
 
     # -- names and guard --------------------------------------------------------------
     def _session(self, key: str) -> _Session:
-        s = self._sessions.get(key)  # type: ignore[arg-type]
+        s = self._sessions.get(key)
         if s is None:
             s = _Session(self._root, key, key_to_stem(key))  # validates the key
             if len(self._sessions) > 4096:
@@ -296,6 +297,10 @@ class SessionStore:
         """The id of the newest parseable line (normally the last one: O(1))."""
         if tail.last_line is None:
             return None
+        try:
+            return codec.id_of_line(tail.last_line) or None
+        except ValueError:
+            pass
         for _start, line, _committed in iter_lines_backward(fd, tail.size):
             try:
                 return codec.id_of_line(line) or None
@@ -358,6 +363,10 @@ class SessionStore:
                     new_ids.append(nxt)
                     prev = nxt
             else:
+                # A duplicate / out-of-order id after id-less messages is reported as such,
+                # not as "no id fits" between it and the previous one.
+                if prev is not None and messages[j].id <= prev:
+                    raise self._order_error(s, messages[j].id, prev, records, fd, size)
                 got = ids.ids_between(prev, messages[j].id, j - i, self._clock)
                 if got is None:
                     raise InvalidMessageError(key=s.key, reason=f"no id fits between {prev!r} and "
@@ -415,10 +424,7 @@ class SessionStore:
     def _key_of_hashed(self, stem: str) -> str | None:
         try:
             meta = sidecar.read(os.path.join(self._root, stem + SIDECAR_SUFFIX))
-        except (OSError, ValueError) as exc:
-            log.warning("cannot read the key of session file %s: %s", stem, exc)
-            return None
-        except Exception as exc:  # CorruptMetadataError
+        except (OSError, SessionStoreError) as exc:
             log.warning("cannot read the key of session file %s: %s", stem, exc)
             return None
         if meta is None or not hashed_stem_matches(stem, meta["key"]):

@@ -45,7 +45,7 @@ class ChatMessage:
         self,
         role: str,
         content: Any = None,
-        id: str = "",  # noqa: A002 - the field is called id
+        id: str = "",
         created_at: int | None = None,
         kind: str = "message",
         extra: Mapping[str, Any] | None = None,
@@ -188,7 +188,7 @@ class ChatMessage:
         return _wrap(copy.deepcopy(self._data, memo))
 
 
-_set_data = ChatMessage._data.__set__  # type: ignore[attr-defined]  # the slot, bypassing the frozen __setattr__
+_set_data = ChatMessage._data.__set__  # type: ignore[attr-defined,misc]  # the slot, bypassing the frozen __setattr__
 _new = object.__new__
 
 
@@ -199,7 +199,7 @@ def _wrap(data: dict[str, Any]) -> ChatMessage:
     return msg
 
 
-def _check_field_types(role: object, id: object, created_at: object, kind: object) -> None:  # noqa: A002
+def _check_field_types(role: object, id: object, created_at: object, kind: object) -> None:
     if not isinstance(role, str):
         raise InvalidMessageError(reason=f"role must be a string, not {type(role).__name__}")
     if not isinstance(id, str):
@@ -214,6 +214,13 @@ def as_message(message: ChatMessage | Mapping[str, Any]) -> ChatMessage:
     """Accept a :class:`ChatMessage` or a plain dict with at least ``role``."""
     if isinstance(message, ChatMessage):
         return message
+    if type(message) is dict and message.keys() <= _RESERVED:  # the common {"role", "content"} dict
+        role, mid, created, kind = (message.get("role"), message.get("id") or "", message.get("created_at"),
+                                    message.get("kind") or "message")
+        if role is None:
+            raise InvalidMessageError(reason="a message needs a 'role'")
+        _check_field_types(role, mid, created, kind)
+        return _wrap({"id": mid, "created_at": created, "role": role, "kind": kind, "content": message.get("content")})
     return ChatMessage.from_dict(message)
 
 
