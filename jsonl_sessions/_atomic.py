@@ -16,7 +16,10 @@ _BATCH = 1 << 20
 def write_temp(tmp_path: str, chunks: Iterable[bytes], durable: bool) -> int:
     """Write ``chunks`` to a fresh ``tmp_path`` (mode 0600), in ~1 MiB writes; fsync when
     ``durable``. Returns the byte count. On error the temp file is gone."""
-    fd = _platform.open_file(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    # A leftover temp file (or anything planted under its name) is removed, and the new
+    # one is created exclusively, so nothing but a fresh regular file is ever written.
+    unlink_quietly(tmp_path)
+    fd = _platform.open_file(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     total = 0
     try:
         try:

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from . import _platform
-from .errors import LockTimeoutError
+from .errors import LockTimeoutError, UnsafePathError
 
 SEQ_OFFSET = 8
 RECORD_OFFSET = 16
@@ -83,7 +83,7 @@ class SessionGuard:
             return False
         try:
             if self._fd == -1:
-                self._fd = _platform.open_file(self.path, os.O_RDWR | os.O_CREAT)
+                self._fd = self._open(key)
             self._lock_file(deadline, timeout, key)
             try:
                 head = _platform.pread(self._fd, 4096, 0)
@@ -99,6 +99,14 @@ class SessionGuard:
         if self.record is not None and len(head) == 4096:
             self.record = _platform.pread(self._fd, 1 << 24, RECORD_OFFSET)
         return True
+
+    def _open(self, key: str) -> int:
+        try:
+            return _platform.open_file(self.path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            if exc.errno in _platform.SYMLINK_ERRNOS:
+                raise UnsafePathError(key=key, path=self.path) from None
+            raise
 
     def _lock_file(self, deadline: float | None, timeout: float | None, key: str) -> None:
         if _platform.try_lock(self._fd):
