@@ -188,17 +188,18 @@ def parse_record(raw: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def read_seq(path: str) -> int:
-    """A reader's look at a session's sequence counter (0 when there is no lock file)."""
+def read_seq(path: str) -> tuple[int, bool]:
+    """A reader's look at a session's control file: the sequence counter, and whether a
+    roll-forward record is pending ((0, False) when there is no lock file)."""
     try:
         fd = _platform.open_file(path, os.O_RDONLY)
     except FileNotFoundError:
-        return 0
+        return 0, False
     try:
-        raw = _platform.pread(fd, 8, SEQ_OFFSET)
+        raw = _platform.pread(fd, 9, SEQ_OFFSET)
     finally:
         _platform.close(fd)
-    return _SEQ.unpack(raw)[0] if len(raw) == 8 else 0
+    return (_SEQ.unpack_from(raw)[0] if len(raw) >= 8 else 0), len(raw) > 8 and raw[8] != 0
 
 
 class GuardRegistry:

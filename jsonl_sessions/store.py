@@ -146,7 +146,10 @@ class SessionStore:
 
     # -- names and guard --------------------------------------------------------------
     def _session(self, key: str) -> _Session:
-        s = self._sessions.get(key)
+        try:
+            s = self._sessions.get(key)
+        except TypeError:  # an unhashable non-str key: key_to_stem raises InvalidSessionKeyError
+            s = None
         if s is None:
             s = _Session(self._root, key, key_to_stem(key))  # validates the key
             if len(self._sessions) > 4096:
@@ -271,11 +274,23 @@ class SessionStore:
         changed). None when the session does not exist."""
         started = time.monotonic()
         delay = 0.0001
+        completed = False
         while True:
-            before = read_seq(s.lock)
+            before, pending = read_seq(s.lock)
+            if pending and not completed:
+                # A committed roll-forward record: its mutation counts as done, so the
+                # state it replaces must not be returned. If its writer died, taking the
+                # guard (if free) completes it; if the guard is held, the writer is still
+                # running and the state before its mutation is still the current one.
+                # Best effort: a failed completion is left to the next writer, and the
+                # read goes on (load never raises for what it cannot recover).
+                completed = True
+                with contextlib.suppress(SessionStoreError, OSError):
+                    self._acquire(s, timeout=0).release()
+                continue
             if not before & 1:
                 data = self._read_file(s)
-                if read_seq(s.lock) == before:
+                if read_seq(s.lock)[0] == before:
                     return data
             elif time.monotonic() - started > _READ_RETRY_SECONDS:
                 # An odd counter for this long: its writer may have died. Taking the
@@ -410,7 +425,11 @@ class SessionStore:
         try:
             atomic_write(s.transcript, s.tmp_transcript, lines, durable=self._durable, directory=self._root)
         except BaseException:
-            unlink_quietly(s.sidecar)
+            # The rename may already have happened (the directory fsync failed): take the
+            # transcript away again; drop the sidecar only once no transcript is left.
+            unlink_quietly(s.transcript)
+            if not os.path.lexists(s.transcript):
+                unlink_quietly(s.sidecar)
             raise
 
     def _sidecar(self, s: _Session) -> dict[str, Any]:
@@ -559,7 +578,11 @@ class SessionStore:
                 _platform.truncate(fd, tail.committed)
             raise
         finally:
-            guard.end_in_place()
+            # Failing to mark the end of the in-place change must not report a committed
+            # append as failed (a retry would duplicate it); the counter stays odd on disk
+            # and the next guard holder makes it even.
+            with contextlib.suppress(OSError):
+                guard.end_in_place()
 
     # -- changing the end -------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
