@@ -195,6 +195,10 @@ def read_seq(path: str) -> tuple[int, bool]:
         fd = _platform.open_file(path, os.O_RDONLY)
     except FileNotFoundError:
         return 0, False
+    except OSError as exc:
+        if exc.errno in _platform.SYMLINK_ERRNOS:
+            raise UnsafePathError(path=path) from None
+        raise
     try:
         raw = _platform.pread(fd, 9, SEQ_OFFSET)
     finally:

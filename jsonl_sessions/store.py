@@ -203,12 +203,19 @@ class SessionStore:
                 if os.path.lexists(src_path):
                     _platform.replace(src_path, os.path.join(self._root, dst))
             _platform.fsync_dir(self._root)
-        elif op == "tail":
+        elif op in ("tail", "append"):
             fd = self._open_existing(s, os.O_RDWR)
             if fd is None:
                 return
             try:
-                self._write_tail(fd, guard, record["at"], record["line"].encode("utf-8"), durable=True)
+                if op == "tail":
+                    self._write_tail(fd, guard, record["at"], record["line"].encode("utf-8"), durable=True)
+                elif record["at"] <= _platform.fstat(fd).st_size < record["end"]:
+                    # The batch was cut part-way: it was never acknowledged, remove all of it.
+                    guard.begin_in_place()
+                    _platform.truncate(fd, record["at"])
+                    _platform.fsync(fd)
+                    guard.end_in_place()
             finally:
                 _platform.close(fd)
         else:
@@ -295,7 +302,7 @@ class SessionStore:
             elif time.monotonic() - started > _READ_RETRY_SECONDS:
                 # An odd counter for this long: its writer may have died. Taking the
                 # guard (if free) runs recovery, which makes it even again.
-                with contextlib.suppress(LockTimeoutError):
+                with contextlib.suppress(SessionStoreError, OSError):
                     self._acquire(s, timeout=0).release()
                 started = time.monotonic()
             time.sleep(delay)
@@ -556,16 +563,27 @@ class SessionStore:
                 tail = self._tail(s, fd)
                 records = self._assign(s, msgs, self._last_id(fd, tail), fd, tail.size)
                 data = b"".join(self._encode(s, records))
-                self._append_bytes(fd, guard, tail, data)
+                self._append_bytes(fd, guard, tail, data, len(records))
             finally:
                 _platform.close(fd)
             return [r["id"] for r in records]
         finally:
             guard.release()
 
-    def _append_bytes(self, fd: int, guard: SessionGuard, tail: Tail, data: bytes) -> None:
-        if tail.torn:
+    def _append_bytes(self, fd: int, guard: SessionGuard, tail: Tail, data: bytes, lines: int) -> None:
+        """Write ``data`` (``lines`` complete lines) after the committed bytes.
+
+        One line is atomic by the torn-tail rule. A batch of several is made atomic by an
+        ``append`` roll-forward record naming its byte range, committed before the write:
+        if the writer dies part-way, recovery cuts the batch off again (a kill can stop a
+        long write between pages). Readers retry around the write (odd counter)."""
+        batch = lines > 1
+        if batch:
+            end = tail.committed + len(data)
+            guard.write_record({"op": "append", "at": tail.committed, "end": end}, self._durable)
+        if tail.torn or batch:
             guard.begin_in_place()
+        if tail.torn:
             _platform.truncate(fd, tail.committed)
         try:
             _platform.write(fd, data)
@@ -578,11 +596,15 @@ class SessionStore:
                 _platform.truncate(fd, tail.committed)
             raise
         finally:
-            # Failing to mark the end of the in-place change must not report a committed
-            # append as failed (a retry would duplicate it); the counter stays odd on disk
-            # and the next guard holder makes it even.
+            # Failing to finish the bookkeeping must not report a committed append as
+            # failed (a retry would duplicate it): the next guard holder completes it
+            # (an odd counter is made even; a batch record finds the batch whole and is
+            # dropped).
             with contextlib.suppress(OSError):
                 guard.end_in_place()
+            if batch:
+                with contextlib.suppress(OSError):
+                    guard.clear_record(self._durable)
 
     # -- changing the end -------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
@@ -639,6 +661,8 @@ class SessionStore:
                 if expected_id is not None and old_id != expected_id:
                     return False
                 new_id = m.id or old_id
+                if m.created_at is None and isinstance(old.get("created_at"), int):
+                    m = m.replace(created_at=old["created_at"])
                 if new_id != old_id or not new_id:
                     previous = self._previous_id(fd, tail)
                     if not new_id:
@@ -646,8 +670,8 @@ class SessionStore:
                     else:
                         records = self._assign(s, [m], previous, fd, tail.last_start)
                 else:
-                    created = m.created_at if m.created_at is not None else old.get("created_at")
-                    records = [codec.record_of(m, new_id, created if created is not None else self._clock())]
+                    created = m.created_at if m.created_at is not None else self._clock()
+                    records = [codec.record_of(m, new_id, created)]
                 line = self._encode(s, records)[0]
                 guard.write_record({"op": "tail", "at": tail.last_start, "line": line.decode("utf-8")}, self._durable)
                 try:

@@ -198,7 +198,7 @@ def iter_lines_backward(fd: int, size: int) -> Iterator[tuple[int, bytes, int]]:
         if pos == 0:
             return
         read = min(block, pos)
-        block = min(block * 4, BLOCK)
+        block *= 4  # geometric growth: a huge line costs O(its size), not O(size^2 / block)
         pos -= read
         buf = _platform.pread(fd, read, pos) + buf
     committed = pos + nl + 1
@@ -207,7 +207,7 @@ def iter_lines_backward(fd: int, size: int) -> Iterator[tuple[int, bytes, int]]:
         nl = buf.rfind(b"\n", 0, end - 1)
         if nl == -1 and pos > 0:
             read = min(block, pos)
-            block = min(block * 4, BLOCK)
+            block = min(block * 4, max(BLOCK, end))
             pos -= read
             buf = _platform.pread(fd, read, pos) + buf[:end]
             end = len(buf)

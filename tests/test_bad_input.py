@@ -40,6 +40,7 @@ from jsonl_sessions import (
     SessionStore,
     SessionStoreError,
     UnsafePathError,
+    ids,
 )
 from jsonl_sessions.keys import key_to_stem
 
@@ -343,7 +344,9 @@ def test_duplicate_and_out_of_order_ids(store: SessionStore) -> None:
         assert dup.value.message_id == existing and dup.value.key == "k"
         with pytest.raises(DuplicateMessageError):  # after id-less messages in the batch, too
             store.append_many("k", [user(), user(), user(id=existing)])
-    lower = a[:-1] + ("0" if a[-1] != "0" else "1")  # new, but sorts before the last id
+    first = ids.decode(a)
+    assert first is not None
+    lower = ids.encode(first - 1)  # new (nothing sorts before the first id), but before the last id
     assert lower not in (a, b, c) and lower < c
     for attempt in (
         lambda: store.append("k", user(id=lower)),

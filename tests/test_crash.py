@@ -142,16 +142,6 @@ def outcomes(events: list[dict[str, Any]]) -> tuple[Model, Model | None]:
     return acked, (acked.apply(pending, None) if pending is not None else None)
 
 
-def partial_batch(acked: Model, in_flight: Model | None, messages: list[ChatMessage], breadcrumb: bool | None) -> bool:
-    """Whether the state is the acknowledged one plus only *some* of the messages of the
-    multi-message append in flight (a known bug: such a batch is not crash-atomic)."""
-    if in_flight is None or len(in_flight.messages) - len(acked.messages) < 2:
-        return False
-    if not len(acked.messages) < len(messages) < len(in_flight.messages):
-        return False
-    return Model(in_flight.messages[: len(messages)], in_flight.breadcrumb).matches(messages, breadcrumb)
-
-
 def temp_files(root: pathlib.Path) -> list[str]:
     return sorted(p.name for p in root.glob(".*.tmp"))
 
@@ -173,11 +163,6 @@ def check_after_kill(root: pathlib.Path, events: list[dict[str, Any]], context: 
         outcome = "acked"
     elif in_flight is not None and in_flight.matches(messages, breadcrumb):
         outcome = "in-flight landed"
-    elif partial_batch(acked, in_flight, messages, breadcrumb):
-        pytest.xfail(f"{context}: KNOWN BUG, append_many is not crash-atomic: part of the batch in flight "
-                     f"is visible ({len(messages) - len(acked.messages)} of "
-                     f"{len(in_flight.messages) - len(acked.messages) if in_flight else '?'} messages); "
-                     "see test_append_many_cut_mid_write_is_all_or_nothing")
     else:
         raise AssertionError(
             f"{context}: state is neither the acknowledged one nor that plus the mutation in flight\n"
@@ -290,8 +275,6 @@ def test_torn_tail_of_append_cut_by_the_kernel_is_ignored_then_removed(
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGXFSZ") or sys.platform == "win32", reason="needs RLIMIT_FSIZE / SIGXFSZ")
-@pytest.mark.xfail(strict=True, reason="KNOWN BUG: append_many writes its lines with one write() but a writer "
-                   "killed inside it leaves the batch's first lines committed (readers see part of the batch)")
 def test_append_many_cut_mid_write_is_all_or_nothing(tmp_path: pathlib.Path) -> None:
     """append_many is "one locked, single-write batch (all or none)"; the kernel cuts its
     write 1.5 lines in (file-size limit) and kills the writer there (SIGXFSZ)."""
