@@ -359,8 +359,9 @@ class StoreMachine(RuleBasedStateMachine):
         elif mode == "new_id":
             new = shifted(old.id, data.draw(st.integers(min_value=1, max_value=2**60), label="gap"))
             assert self.store.update_last(key, spec.build(new)) is True
-            # A message with its own id is a different message: its own created_at or now.
-            msgs[-1] = rec_of(spec, new, self._created(spec))
+            # Fields the new message leaves empty are kept: a missing created_at is the old one.
+            msgs[-1] = Rec(new, spec.role, spec.content, spec.kind, dict(spec.extra),
+                           old.created_at if spec.created_at is None else spec.created_at)
         else:  # bad_id: the id of an earlier message (duplicate) or one sorting before it
             assume(len(msgs) > 1)
             if data.draw(st.booleans(), label="duplicate"):
