@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Callable
 
 ULID_LENGTH = 26
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -51,12 +50,15 @@ def timestamp_ms(text: str) -> int | None:
     return None if value is None else value >> 80
 
 
-def next_id(previous: str | None, clock: Callable[[], int] = now_ms) -> str | None:
-    """A new ULID sorting strictly after ``previous``; None when no ULID can (``previous``
-    is a custom id sorting above every ULID, or the maximal ULID)."""
-    candidate = (clock() << 80) | _getrandbits(80)
+def next_id(previous: str | None, now: int | None = None) -> str | None:
+    """A new ULID (time ``now`` ms, default the wall clock) sorting strictly after
+    ``previous``; None when no ULID can (``previous`` is a custom id sorting above every
+    ULID, or the maximal ULID)."""
+    global _memo
+    candidate = ((now_ms() if now is None else now) << 80) | _getrandbits(80)
     if previous:
-        prev_value = decode(previous)
+        memo = _memo
+        prev_value = memo[1] if memo[0] == previous else decode(previous)
         if prev_value is not None:
             if candidate <= prev_value:
                 if prev_value >= _MAX:
@@ -64,10 +66,17 @@ def next_id(previous: str | None, clock: Callable[[], int] = now_ms) -> str | No
                 candidate = prev_value + 1
         elif encode(candidate) <= previous:
             return None
-    return encode(candidate)
+    text = encode(candidate)
+    _memo = (text, candidate)
+    return text
 
 
-def ids_between(low: str | None, high: str, count: int, clock: Callable[[], int] = now_ms) -> list[str] | None:
+#: The last id made here and its value: the next append's "previous" is usually it, and
+#: reusing the value skips a decode on the append path. (Replaced as one tuple: thread-safe.)
+_memo: tuple[str, int] = ("", 0)
+
+
+def ids_between(low: str | None, high: str, count: int, now: int | None = None) -> list[str] | None:
     """``count`` increasing ULIDs strictly between ``low`` and ``high``; None when impossible.
 
     Fresh time-based ids are used when they fit below ``high``; otherwise (``high`` is
@@ -77,7 +86,7 @@ def ids_between(low: str | None, high: str, count: int, clock: Callable[[], int]
     out: list[str] = []
     prev = low
     for _ in range(count):
-        nxt = next_id(prev, clock)
+        nxt = next_id(prev, now)
         if nxt is None or nxt >= high:
             break
         out.append(nxt)

@@ -72,9 +72,11 @@ class SessionGuard:
         caller must look at :attr:`record` and :attr:`seq` for recovery work; False when
         the thread already held it. Raises :class:`LockTimeoutError`, or
         :class:`GuardClosed` if the guard was evicted meanwhile (look it up again)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._rlock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
-            raise LockTimeoutError(key=key, path=self.path, timeout=timeout, holder_pid=os.getpid())
+        started = None  # the clock is read only when something has to wait
+        if not self._rlock.acquire(False):
+            started = time.monotonic()
+            if not self._rlock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+                raise LockTimeoutError(key=key, path=self.path, timeout=timeout, holder_pid=os.getpid())
         if self.closed:
             self._rlock.release()
             raise GuardClosed
@@ -84,7 +86,7 @@ class SessionGuard:
         try:
             if self._fd == -1:
                 self._fd = self._open(key)
-            self._lock_file(deadline, timeout, key)
+            self._lock_file(started, timeout, key)
             try:
                 head = _platform.pread(self._fd, 4096, 0)
             except BaseException:
@@ -108,9 +110,12 @@ class SessionGuard:
                 raise UnsafePathError(key=key, path=self.path) from None
             raise
 
-    def _lock_file(self, deadline: float | None, timeout: float | None, key: str) -> None:
+    def _lock_file(self, started: float | None, timeout: float | None, key: str) -> None:
         if _platform.try_lock(self._fd):
             return
+        if started is None:
+            started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
         delay = _FIRST_DELAY
         while True:
             if deadline is not None:

@@ -204,13 +204,14 @@ class SessionStore:
                     _platform.replace(src_path, os.path.join(self._root, dst))
             _platform.fsync_dir(self._root)
         elif op in ("tail", "append"):
-            fd = self._open_existing(s, os.O_RDWR)
-            if fd is None:
+            opened = self._open_existing(s, os.O_RDWR)
+            if opened is None:
                 return
+            fd, size = opened
             try:
                 if op == "tail":
                     self._write_tail(fd, guard, record["at"], record["line"].encode("utf-8"), durable=True)
-                elif record["at"] <= _platform.fstat(fd).st_size < record["end"]:
+                elif record["at"] <= size < record["end"]:
                     # The batch was cut part-way: it was never acknowledged, remove all of it.
                     guard.begin_in_place()
                     _platform.truncate(fd, record["at"])
@@ -250,9 +251,9 @@ class SessionStore:
                 guard.release()
 
     # -- low-level file helpers -------------------------------------------------------
-    def _open_existing(self, s: _Session, flags: int) -> int | None:
-        """Open the transcript; None when it does not exist. Raises UnsafePathError for a
-        symlink or a non-regular file."""
+    def _open_existing(self, s: _Session, flags: int) -> tuple[int, int] | None:
+        """Open the transcript: ``(fd, size)``, or None when it does not exist. Raises
+        UnsafePathError for a symlink or a non-regular file."""
         try:
             fd = _platform.open_file(s.transcript, flags)
         except FileNotFoundError:
@@ -261,17 +262,19 @@ class SessionStore:
             if exc.errno in _platform.SYMLINK_ERRNOS:
                 raise UnsafePathError(key=s.key, path=s.transcript) from None
             raise
-        if not stat.S_ISREG(_platform.fstat(fd).st_mode):
+        st = _platform.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             _platform.close(fd)
             raise UnsafePathError(key=s.key, path=s.transcript)
-        return fd
+        return fd, st.st_size
 
     def _read_file(self, s: _Session) -> bytes | None:
-        fd = self._open_existing(s, os.O_RDONLY)
-        if fd is None:
+        opened = self._open_existing(s, os.O_RDONLY)
+        if opened is None:
             return None
+        fd, size = opened
         try:
-            return _platform.pread(fd, _platform.fstat(fd).st_size, 0)
+            return _platform.pread(fd, size, 0)
         finally:
             _platform.close(fd)
 
@@ -307,9 +310,6 @@ class SessionStore:
                 started = time.monotonic()
             time.sleep(delay)
             delay = min(delay * 2, 0.005)
-
-    def _tail(self, s: _Session, fd: int) -> Tail:
-        return read_tail(fd, _platform.fstat(fd).st_size)
 
     def _corrupt_last(self, s: _Session, fd: int, tail: Tail, reason: str) -> CorruptTranscriptError:
         return CorruptTranscriptError(key=s.key, path=s.transcript, line=line_number_of(fd, tail.last_start),
@@ -358,8 +358,14 @@ class SessionStore:
         """Records for ``messages`` with ids (kept when given, new ULIDs otherwise) that
         strictly increase after ``previous``, and created_at (now when missing)."""
         now = self._clock()
-        records: list[dict[str, Any]] = []
         n = len(messages)
+        if n == 1 and not messages[0].id:  # the common append
+            m = messages[0]
+            nxt = ids.next_id(previous, now)
+            if nxt is None:
+                raise self._no_id_after(s, previous)
+            return [codec.record_of(m, nxt, now if m.created_at is None else m.created_at)]
+        records: list[dict[str, Any]] = []
         i = 0
         prev = previous
         while i < n:
@@ -378,10 +384,9 @@ class SessionStore:
             if j == n:
                 new_ids: list[str] = []
                 for _ in range(i, j):
-                    nxt = ids.next_id(prev, self._clock)
+                    nxt = ids.next_id(prev, now)
                     if nxt is None:
-                        raise InvalidMessageError(key=s.key, reason=f"no ULID sorts after the custom id {prev!r}; "
-                                                  "give the message an id explicitly")
+                        raise self._no_id_after(s, prev)
                     new_ids.append(nxt)
                     prev = nxt
             else:
@@ -389,7 +394,7 @@ class SessionStore:
                 # not as "no id fits" between it and the previous one.
                 if prev is not None and messages[j].id <= prev:
                     raise self._order_error(s, messages[j].id, prev, records, fd, size)
-                got = ids.ids_between(prev, messages[j].id, j - i, self._clock)
+                got = ids.ids_between(prev, messages[j].id, j - i, now)
                 if got is None:
                     raise InvalidMessageError(key=s.key, reason=f"no id fits between {prev!r} and "
                                               f"{messages[j].id!r}; give the messages ids explicitly")
@@ -399,6 +404,10 @@ class SessionStore:
             prev = new_ids[-1]
             i = j
         return records
+
+    def _no_id_after(self, s: _Session, previous: str | None) -> InvalidMessageError:
+        return InvalidMessageError(key=s.key, reason=f"no ULID sorts after the custom id {previous!r}; "
+                                   "give the message an id explicitly")
 
     def _order_error(
         self, s: _Session, message_id: str, prev: str, records: list[dict[str, Any]], fd: int | None, size: int
@@ -554,16 +563,17 @@ class SessionStore:
             return []
         guard = self._acquire(s)
         try:
-            fd = self._open_existing(s, os.O_RDWR | os.O_APPEND)
-            if fd is None:
+            opened = self._open_existing(s, os.O_RDWR | os.O_APPEND)
+            if opened is None:
                 records = self._assign(s, msgs, None)
                 self._create(s, self._encode(s, records))
                 return [r["id"] for r in records]
+            fd, size = opened
             try:
-                tail = self._tail(s, fd)
+                tail = read_tail(fd, size)
                 records = self._assign(s, msgs, self._last_id(fd, tail), fd, tail.size)
-                data = b"".join(self._encode(s, records))
-                self._append_bytes(fd, guard, tail, data, len(records))
+                lines = self._encode(s, records)
+                self._append_bytes(fd, guard, tail, lines[0] if len(lines) == 1 else b"".join(lines), len(lines))
             finally:
                 _platform.close(fd)
             return [r["id"] for r in records]
@@ -581,30 +591,36 @@ class SessionStore:
         if batch:
             end = tail.committed + len(data)
             guard.write_record({"op": "append", "at": tail.committed, "end": end}, self._durable)
-        if tail.torn or batch:
+        in_place = tail.torn or batch
+        if in_place:
             guard.begin_in_place()
-        if tail.torn:
-            _platform.truncate(fd, tail.committed)
+            if tail.torn:
+                _platform.truncate(fd, tail.committed)
         try:
             _platform.write(fd, data)
             if self._durable:
                 _platform.fsync(fd)
         except BaseException:
             # Not acknowledged, so it must not appear later (a retry would duplicate it).
-            with contextlib.suppress(OSError):
+            in_place = True
+            try:
                 guard.begin_in_place()
                 _platform.truncate(fd, tail.committed)
+            except OSError:
+                pass
             raise
         finally:
             # Failing to finish the bookkeeping must not report a committed append as
             # failed (a retry would duplicate it): the next guard holder completes it
             # (an odd counter is made even; a batch record finds the batch whole and is
             # dropped).
-            with contextlib.suppress(OSError):
-                guard.end_in_place()
-            if batch:
-                with contextlib.suppress(OSError):
-                    guard.clear_record(self._durable)
+            if in_place:
+                try:
+                    guard.end_in_place()
+                    if batch:
+                        guard.clear_record(self._durable)
+                except OSError:
+                    pass
 
     # -- changing the end -------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
@@ -614,11 +630,12 @@ class SessionStore:
         :class:`CorruptTranscriptError` and leaves the file byte-for-byte unchanged."""
         s = self._session(key)
         with _Held(self, s) as guard:
-            fd = self._open_existing(s, os.O_RDWR)
-            if fd is None:
+            opened = self._open_existing(s, os.O_RDWR)
+            if opened is None:
                 return False
+            fd, size = opened
             try:
-                tail = self._tail(s, fd)
+                tail = read_tail(fd, size)
                 if tail.last_line is None:
                     return False
                 reason = check_record(tail.last_line)
@@ -646,11 +663,12 @@ class SessionStore:
         s = self._session(key)
         m = as_message(message)
         with _Held(self, s) as guard:
-            fd = self._open_existing(s, os.O_RDWR)
-            if fd is None:
+            opened = self._open_existing(s, os.O_RDWR)
+            if opened is None:
                 return False
+            fd, size = opened
             try:
-                tail = self._tail(s, fd)
+                tail = read_tail(fd, size)
                 if tail.last_line is None:
                     return False
                 try:
@@ -795,11 +813,12 @@ class SessionStore:
         removed. Refuses a transcript with corrupt lines (:class:`CorruptTranscriptError`)."""
         s = self._session(key)
         with _Held(self, s) as guard:
-            fd = self._open_existing(s, os.O_RDWR)
-            if fd is None:
+            opened = self._open_existing(s, os.O_RDWR)
+            if opened is None:
                 return 0
+            fd, size = opened
             try:
-                data = _platform.pread(fd, _platform.fstat(fd).st_size, 0)
+                data = _platform.pread(fd, size, 0)
                 count = len(parse(data, strict=True, key=s.key, path=s.transcript).messages)
                 guard.begin_in_place()
                 try:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from io import BytesIO
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _platform
 from .codec import JSONDecodeError, decode_record, invalid_reason, loads
@@ -155,8 +155,7 @@ def warn_bad(bad: list[BadLine], key: str, path: str) -> None:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Tail:
+class Tail(NamedTuple):
     """The end of a transcript: where committed bytes end and what the last complete line is."""
 
     size: int
@@ -176,6 +175,17 @@ def read_tail(fd: int, size: int) -> Tail:
     """The last complete line of a file of ``size`` bytes. Cost: O(last line + torn tail)."""
     if size == 0:
         return EMPTY_TAIL
+    start = size - FIRST_BLOCK if size > FIRST_BLOCK else 0
+    buf = _platform.pread(fd, size - start, start)
+    if buf.endswith(b"\n"):  # the usual case: no torn tail, a short last line
+        nl = buf.rfind(b"\n", 0, len(buf) - 1)
+        if nl != -1 or start == 0:
+            line_start = start + nl + 1
+            line = buf[nl + 1 : -1]
+            if line_start == 0 and line.startswith(BOM):
+                line = line[3:]
+                line_start = 3
+            return Tail(size, size, line_start, line)
     lines = iter_lines_backward(fd, size)
     first = next(lines, None)
     if first is None:
