@@ -47,7 +47,7 @@ from .errors import (
 )
 from .keys import hashed_stem_matches, is_hashed, key_to_stem, stem_to_key
 from .locks import REGISTRY, GuardClosed, SessionGuard, parse_record, read_seq
-from .transcript import Tail, check_record, iter_lines_backward, line_number_of, log, parse, read_tail, warn_bad
+from .transcript import Tail, iter_lines_backward, line_number_of, log, parse, read_tail, warn_bad
 from .types import ChatMessage, TimestampedMessage, as_message
 
 Durability = Literal["fsync", "flush"]
@@ -311,9 +311,18 @@ class SessionStore:
             time.sleep(delay)
             delay = min(delay * 2, 0.005)
 
-    def _corrupt_last(self, s: _Session, fd: int, tail: Tail, reason: str) -> CorruptTranscriptError:
-        return CorruptTranscriptError(key=s.key, path=s.transcript, line=line_number_of(fd, tail.last_start),
-                                      offset=tail.last_start, reason=reason)
+    def _newest(self, s: _Session, fd: int, size: int) -> tuple[Tail, dict[str, Any]] | None:
+        """The tail and the newest message's record; None when there is no complete line.
+        A corrupt newest line raises :class:`CorruptTranscriptError` (O(1) unless it does:
+        its line number is counted)."""
+        tail = read_tail(fd, size)
+        if tail.last_line is None:
+            return None
+        try:
+            return tail, codec.decode_record(tail.last_line)
+        except ValueError as exc:
+            raise CorruptTranscriptError(key=s.key, path=s.transcript, line=line_number_of(fd, tail.last_start),
+                                         offset=tail.last_start, reason=str(exc)) from None
 
     def _last_id(self, fd: int, tail: Tail) -> str | None:
         """The id of the newest parseable line (normally the last one: O(1))."""
@@ -635,13 +644,11 @@ class SessionStore:
                 return False
             fd, size = opened
             try:
-                tail = read_tail(fd, size)
-                if tail.last_line is None:
+                newest = self._newest(s, fd, size)
+                if newest is None:
                     return False
-                reason = check_record(tail.last_line)
-                if reason is not None:
-                    raise self._corrupt_last(s, fd, tail, reason)
-                if expected_id is not None and codec.id_of_line(tail.last_line) != expected_id:
+                tail, record = newest
+                if expected_id is not None and (record.get("id") or "") != expected_id:
                     return False
                 guard.begin_in_place()
                 try:
@@ -668,13 +675,10 @@ class SessionStore:
                 return False
             fd, size = opened
             try:
-                tail = read_tail(fd, size)
-                if tail.last_line is None:
+                newest = self._newest(s, fd, size)
+                if newest is None:
                     return False
-                try:
-                    old = codec.decode_record(tail.last_line)
-                except ValueError as exc:
-                    raise self._corrupt_last(s, fd, tail, str(exc)) from None
+                tail, old = newest
                 old_id = old.get("id") or ""
                 if expected_id is not None and old_id != expected_id:
                     return False

@@ -23,7 +23,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple
 
 from . import _platform
-from .codec import JSONDecodeError, decode_record, invalid_reason, loads
+from .codec import JSONDecodeError, decode_record, loads
 from .errors import CorruptTranscriptError
 from .types import ChatMessage, _wrap
 
@@ -230,15 +230,6 @@ def iter_lines_backward(fd: int, size: int) -> Iterator[tuple[int, bytes, int]]:
             start = 3
         yield start, line, committed
         end = line_start
-
-
-def check_record(line: bytes) -> str | None:
-    """Why ``line`` is not a valid message line, or None."""
-    try:
-        obj = loads(line)
-    except JSONDecodeError as exc:
-        return str(exc)
-    return invalid_reason(obj)
 
 
 def line_number_of(fd: int, offset: int) -> int:
