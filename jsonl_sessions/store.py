@@ -850,7 +850,3 @@ class SessionStore:
             if self._durable:
                 _platform.fsync_dir(self._root)
             return existed
-
-    def iter_keys(self) -> Iterator[str]:
-        """Same as :meth:`list_sessions`, as an iterator."""
-        return iter(self.list_sessions())
