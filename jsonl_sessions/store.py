@@ -30,7 +30,7 @@ import contextlib
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -45,8 +45,10 @@ from .errors import (
     SessionStoreError,
     UnsafePathError,
 )
+from .history import HistoryMethods
 from .keys import hashed_stem_matches, is_hashed, key_to_stem, stem_to_key
 from .locks import REGISTRY, GuardClosed, SessionGuard, parse_record, read_seq
+from .metadata import MetadataMethods
 from .transcript import Tail, iter_lines_backward, line_number_of, log, parse, read_tail, warn_bad
 from .types import ChatMessage, TimestampedMessage, as_message
 
@@ -94,7 +96,7 @@ class _Held:
         self.guard.release()
 
 
-class SessionStore:
+class SessionStore(HistoryMethods, MetadataMethods):
     """A directory of sessions, each a JSONL transcript plus a sidecar.
 
     ``root`` is created (mode 0700) if missing. Thread-safe; several processes may open
