@@ -7,11 +7,8 @@ windows, pages, fork (copy_messages) and revert (truncate_messages).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .store import SessionStore  # noqa: F401  (the self type of the methods below)
+from .core import StoreCore
 
 
-class HistoryMethods:
-    """Mixed into :class:`SessionStore`; every method takes ``self: SessionStore``."""
+class HistoryMethods(StoreCore):
+    """Part of :class:`jsonl_sessions.SessionStore` (which inherits it)."""

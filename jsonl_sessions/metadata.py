@@ -7,11 +7,8 @@ the sidecar (replaced atomically under the session's guard) and file stats.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .store import SessionStore  # noqa: F401  (the self type of the methods below)
+from .core import StoreCore
 
 
-class MetadataMethods:
-    """Mixed into :class:`SessionStore`; every method takes ``self: SessionStore``."""
+class MetadataMethods(StoreCore):
+    """Part of :class:`jsonl_sessions.SessionStore` (which inherits it)."""
