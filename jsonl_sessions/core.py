@@ -32,7 +32,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from . import _platform, codec, ids, sidecar
 from ._atomic import atomic_write, unlink_quietly, write_temp
@@ -46,8 +46,8 @@ from .errors import (
     UnsafePathError,
 )
 from .keys import hashed_stem_matches, is_hashed, key_to_stem, stem_to_key
-from .locks import REGISTRY, GuardClosed, SessionGuard, parse_record, read_seq
-from .transcript import Tail, iter_lines_backward, line_number_of, log, parse, read_tail, warn_bad
+from .locks import REGISTRY, Control, GuardClosed, SessionGuard, parse_record, read_control
+from .transcript import Tail, count_newlines, iter_lines_backward, line_number_of, log, parse, read_tail, warn_bad
 from .types import ChatMessage, TimestampedMessage, as_message
 
 Durability = Literal["fsync", "flush"]
@@ -59,6 +59,7 @@ LOCK_SUFFIX = ".lock"
 TMP_SUFFIX = ".tmp"
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 _READ_RETRY_SECONDS = 0.2
+_T = TypeVar("_T")
 
 
 class _Session:
@@ -204,7 +205,7 @@ class StoreCore:
             for src, dst in record["moves"]:
                 src_path = os.path.join(self._root, src)
                 if os.path.lexists(src_path):
-                    _platform.replace(src_path, os.path.join(self._root, dst))
+                    self._rename_in_place(guard, src_path, os.path.join(self._root, dst))
             _platform.fsync_dir(self._root)
         elif op in ("tail", "append"):
             opened = self._open_existing(s, os.O_RDWR)
@@ -257,6 +258,11 @@ class StoreCore:
     def _open_existing(self, s: _Session, flags: int) -> tuple[int, int] | None:
         """Open the transcript: ``(fd, size)``, or None when it does not exist. Raises
         UnsafePathError for a symlink or a non-regular file."""
+        opened = self._open_stat(s, flags)
+        return None if opened is None else (opened[0], opened[1].st_size)
+
+    def _open_stat(self, s: _Session, flags: int) -> tuple[int, os.stat_result] | None:
+        """Open the transcript: ``(fd, fstat)``, or None when it does not exist."""
         try:
             fd = _platform.open_file(s.transcript, flags)
         except FileNotFoundError:
@@ -269,7 +275,7 @@ class StoreCore:
         if not stat.S_ISREG(st.st_mode):
             _platform.close(fd)
             raise UnsafePathError(key=s.key, path=s.transcript)
-        return fd, st.st_size
+        return fd, st
 
     def _read_file(self, s: _Session) -> bytes | None:
         opened = self._open_existing(s, os.O_RDONLY)
@@ -281,16 +287,16 @@ class StoreCore:
         finally:
             _platform.close(fd)
 
-    def _read_transcript(self, s: _Session) -> bytes | None:
-        """The transcript's bytes without taking the guard, never spliced by an in-place
-        mutation running meanwhile (retries while the control file's counter is odd or
-        changed). None when the session does not exist."""
+    def _consistent(self, s: _Session, read: Callable[[Control], _T]) -> _T:
+        """Run ``read`` (a lock-free read of the session's files, given the control file as
+        it was just before) until no in-place mutation overlapped it: retried while the
+        control file's counter is odd or changed meanwhile."""
         started = time.monotonic()
         delay = 0.0001
         completed = False
         while True:
-            before, pending = read_seq(s.lock)
-            if pending and not completed:
+            control = read_control(s.lock)
+            if control.pending and not completed:
                 # A committed roll-forward record: its mutation counts as done, so the
                 # state it replaces must not be returned. If its writer died, taking the
                 # guard (if free) completes it; if the guard is held, the writer is still
@@ -301,10 +307,10 @@ class StoreCore:
                 with contextlib.suppress(SessionStoreError, OSError):
                     self._acquire(s, timeout=0).release()
                 continue
-            if not before & 1:
-                data = self._read_file(s)
-                if read_seq(s.lock)[0] == before:
-                    return data
+            if not control.seq & 1:
+                result = read(control)
+                if read_control(s.lock).seq == control.seq:
+                    return result
             elif time.monotonic() - started > _READ_RETRY_SECONDS:
                 # An odd counter for this long: its writer may have died. Taking the
                 # guard (if free) runs recovery, which makes it even again.
@@ -314,15 +320,64 @@ class StoreCore:
             time.sleep(delay)
             delay = min(delay * 2, 0.005)
 
+    def _read_transcript(self, s: _Session) -> bytes | None:
+        """The transcript's bytes without taking the guard, never spliced by an in-place
+        mutation running meanwhile. None when the session does not exist."""
+        return self._consistent(s, lambda _control: self._read_file(s))
+
     def _count(self, s: _Session) -> int | None:
         """How many messages (complete lines) the transcript holds; None when the session
-        does not exist. Takes no lock; never counts a line spliced by an in-place change.
-        Cost: O(transcript) for now (newline count, no parsing); to become O(1) through
-        a count cache in the control file."""
-        data = self._read_transcript(s)
-        if data is None:
+        does not exist. Takes no lock. O(1) while the count cache in the control file is
+        current (writers keep it so); lines appended since it was written are counted from
+        where it stops (O(new bytes)); after a change it cannot vouch for (another tool, a
+        crash), one full newline count (no parsing) rebuilds it."""
+
+        seen: list[int] = []
+
+        def count(control: Control) -> tuple[int, int, int] | None:
+            seen.append(control.seq)
+            opened = self._open_stat(s, os.O_RDONLY)
+            if opened is None:
+                return None
+            fd, st = opened
+            try:
+                cache = control.cache
+                if cache is not None and cache.ino == st.st_ino and cache.seq == control.seq \
+                        and cache.size <= st.st_size:
+                    return cache.lines + count_newlines(fd, cache.size, st.st_size), -1, st.st_ino
+                data = _platform.pread(fd, st.st_size, 0)
+                return data.count(b"\n"), data.rfind(b"\n") + 1, st.st_ino
+            finally:
+                _platform.close(fd)
+
+        result = self._consistent(s, count)
+        if result is None:
             return None
-        return data.count(b"\n")
+        lines, committed, ino = result
+        if committed >= 0:  # a full count: store it, if the guard is free and nothing changed since
+            with contextlib.suppress(SessionStoreError, OSError):
+                guard = self._acquire(s, timeout=0)
+                try:
+                    if guard.seq == seen[-1]:
+                        guard.write_count(ino, committed, lines)
+                finally:
+                    guard.release()
+        return lines
+
+    def _known_count(self, guard: SessionGuard, fd: int, ino: int, committed: int) -> int | None:
+        """The number of complete lines before a mutation, if the count cache vouches for
+        it (O(1), or O(bytes appended since the cache was written)); None otherwise."""
+        cache = guard.count
+        if cache is None or cache.ino != ino or cache.seq != guard.seq or cache.size > committed:
+            return None
+        return cache.lines + count_newlines(fd, cache.size, committed)
+
+    def _note_count(self, guard: SessionGuard, ino: int, size: int, count: int | None) -> None:
+        """Keep the count cache current after a mutation (nothing when the count before was
+        unknown: the cache then no longer matches, and the next reader rebuilds it)."""
+        if count is not None:
+            with contextlib.suppress(OSError):
+                guard.write_count(ino, size, count)
 
     def _newest(self, s: _Session, fd: int, size: int) -> tuple[Tail, dict[str, Any]] | None:
         """The tail and the newest message's record; None when there is no complete line.
@@ -461,7 +516,7 @@ class StoreCore:
         meta["trim_breadcrumb"] = breadcrumb
         atomic_write(s.sidecar, s.tmp_sidecar, [sidecar.encode(meta)], durable=self._durable, directory=self._root)
         try:
-            atomic_write(s.transcript, s.tmp_transcript, lines, durable=self._durable, directory=self._root)
+            self._install_transcript(s, lines)
         except BaseException:
             # The rename may already have happened (the directory fsync failed): take the
             # transcript away again; drop the sidecar only once no transcript is left.
@@ -469,6 +524,31 @@ class StoreCore:
             if not os.path.lexists(s.transcript):
                 unlink_quietly(s.sidecar)
             raise
+
+    def _install_transcript(self, s: _Session, lines: list[bytes]) -> None:
+        """Replace (or create) the transcript with ``lines``, all or nothing: temp file,
+        fsync, rename, directory fsync; the count cache follows. Under the guard."""
+        guard = REGISTRY.get(s.lock)
+        total = write_temp(s.tmp_transcript, lines, self._durable)
+        try:
+            self._rename_in_place(guard, s.tmp_transcript, s.transcript)
+        except BaseException:
+            unlink_quietly(s.tmp_transcript)
+            raise
+        if self._durable:
+            _platform.fsync_dir(self._root)
+        self._note_count(guard, os.lstat(s.transcript).st_ino, total, len(lines))
+
+    @staticmethod
+    def _rename_in_place(guard: SessionGuard, src: str, dst: str) -> None:
+        """Rename ``src`` over ``dst`` with the counter odd, so no count cached for an older
+        file survives it (inode numbers are reused)."""
+        guard.begin_in_place()
+        try:
+            _platform.replace(src, dst)
+        finally:
+            with contextlib.suppress(OSError):  # the next guard holder makes it even
+                guard.end_in_place()
 
     def _sidecar(self, s: _Session) -> dict[str, Any]:
         meta = sidecar.read(s.sidecar, s.key)
@@ -585,17 +665,21 @@ class StoreCore:
             return []
         guard = self._acquire(s)
         try:
-            opened = self._open_existing(s, os.O_RDWR | os.O_APPEND)
+            opened = self._open_stat(s, os.O_RDWR | os.O_APPEND)
             if opened is None:
                 records = self._assign(s, msgs, None)
                 self._create(s, self._encode(s, records))
                 return [r["id"] for r in records]
-            fd, size = opened
+            fd, st = opened
             try:
-                tail = read_tail(fd, size)
+                tail = read_tail(fd, st.st_size)
                 records = self._assign(s, msgs, self._last_id(fd, tail), fd, tail.size)
                 lines = self._encode(s, records)
-                self._append_bytes(fd, guard, tail, lines[0] if len(lines) == 1 else b"".join(lines), len(lines))
+                data = lines[0] if len(lines) == 1 else b"".join(lines)
+                before = self._known_count(guard, fd, st.st_ino, tail.committed)
+                self._append_bytes(fd, guard, tail, data, len(lines))
+                self._note_count(guard, st.st_ino, tail.committed + len(data),
+                                 None if before is None else before + len(lines))
             finally:
                 _platform.close(fd)
             return [r["id"] for r in records]
@@ -652,17 +736,18 @@ class StoreCore:
         :class:`CorruptTranscriptError` and leaves the file byte-for-byte unchanged."""
         s = self._session(key)
         with _Held(self, s) as guard:
-            opened = self._open_existing(s, os.O_RDWR)
+            opened = self._open_stat(s, os.O_RDWR)
             if opened is None:
                 return False
-            fd, size = opened
+            fd, st = opened
             try:
-                newest = self._newest(s, fd, size)
+                newest = self._newest(s, fd, st.st_size)
                 if newest is None:
                     return False
                 tail, record = newest
                 if expected_id is not None and (record.get("id") or "") != expected_id:
                     return False
+                before = self._known_count(guard, fd, st.st_ino, tail.committed)
                 guard.begin_in_place()
                 try:
                     _platform.truncate(fd, tail.last_start)
@@ -670,6 +755,7 @@ class StoreCore:
                         _platform.fsync(fd)
                 finally:
                     guard.end_in_place()
+                self._note_count(guard, st.st_ino, tail.last_start, None if before is None else before - 1)
                 return True
             finally:
                 _platform.close(fd)
@@ -683,12 +769,12 @@ class StoreCore:
         s = self._session(key)
         m = as_message(message)
         with _Held(self, s) as guard:
-            opened = self._open_existing(s, os.O_RDWR)
+            opened = self._open_stat(s, os.O_RDWR)
             if opened is None:
                 return False
-            fd, size = opened
+            fd, st = opened
             try:
-                newest = self._newest(s, fd, size)
+                newest = self._newest(s, fd, st.st_size)
                 if newest is None:
                     return False
                 tail, old = newest
@@ -708,6 +794,7 @@ class StoreCore:
                     created = m.created_at if m.created_at is not None else self._clock()
                     records = [codec.record_of(m, new_id, created)]
                 line = self._encode(s, records)[0]
+                before = self._known_count(guard, fd, st.st_ino, tail.committed)
                 guard.write_record({"op": "tail", "at": tail.last_start, "line": line.decode("utf-8")}, self._durable)
                 try:
                     self._write_tail(fd, guard, tail.last_start, line, durable=self._durable)
@@ -715,6 +802,7 @@ class StoreCore:
                 except BaseException:
                     self._settle(s, guard)
                     raise
+                self._note_count(guard, st.st_ino, tail.last_start + len(line), before)
                 return True
             finally:
                 _platform.close(fd)
@@ -759,7 +847,7 @@ class StoreCore:
                 self._create(s, lines)
                 return
             self._check_clean(s)
-            atomic_write(s.transcript, s.tmp_transcript, lines, durable=self._durable, directory=self._root)
+            self._install_transcript(s, lines)
 
     def replace_conversation_state(self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool) -> None:
         """Replace the transcript and the trim-breadcrumb flag as one crash-atomic unit
@@ -791,7 +879,7 @@ class StoreCore:
             meta = self._sidecar(s)
             meta["trim_breadcrumb"] = bool(breadcrumb)
             meta["updated_at"] = self._clock()
-            write_temp(s.tmp_transcript, lines, self._durable)
+            total = write_temp(s.tmp_transcript, lines, self._durable)
             try:
                 write_temp(s.tmp_sidecar, [sidecar.encode(meta)], self._durable)
                 if self._durable:
@@ -811,6 +899,7 @@ class StoreCore:
             except BaseException:
                 self._settle(s, guard)
                 raise
+            self._note_count(guard, os.lstat(s.transcript).st_ino, total, len(lines))
             return True
 
     def set_session_trim_breadcrumb(self, key: str, present: bool) -> None:
@@ -830,12 +919,12 @@ class StoreCore:
         removed. Refuses a transcript with corrupt lines (:class:`CorruptTranscriptError`)."""
         s = self._session(key)
         with _Held(self, s) as guard:
-            opened = self._open_existing(s, os.O_RDWR)
+            opened = self._open_stat(s, os.O_RDWR)
             if opened is None:
                 return 0
-            fd, size = opened
+            fd, st = opened
             try:
-                data = _platform.pread(fd, size, 0)
+                data = _platform.pread(fd, st.st_size, 0)
                 count = len(parse(data, strict=True, key=s.key, path=s.transcript).messages)
                 guard.begin_in_place()
                 try:
@@ -844,6 +933,7 @@ class StoreCore:
                         _platform.fsync(fd)
                 finally:
                     guard.end_in_place()
+                self._note_count(guard, st.st_ino, 0, 0)
                 return count
             finally:
                 _platform.close(fd)
@@ -853,8 +943,10 @@ class StoreCore:
         The transcript goes first, so a crash half-way leaves no session (an orphan
         sidecar is not one, and is removed by the next create or delete)."""
         s = self._session(key)
-        with _Held(self, s):
+        with _Held(self, s) as guard:
             existed = self.session_exists(key)
+            if guard.count is not None:
+                guard.drop_count()
             for path in (s.transcript, s.sidecar):
                 with contextlib.suppress(FileNotFoundError):
                     _platform.unlink(path)

@@ -25,7 +25,7 @@ import os
 import struct
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -33,8 +33,28 @@ from . import _platform
 from .errors import LockTimeoutError, UnsafePathError
 
 SEQ_OFFSET = 8
-RECORD_OFFSET = 16
+COUNT_OFFSET = 16
+RECORD_OFFSET = 48
 _SEQ = struct.Struct("<Q")
+_COUNT = struct.Struct("<QQQQ")  # transcript inode, committed bytes, lines, sequence counter
+
+
+class CountCache(NamedTuple):
+    """What a writer last knew: the transcript (inode) had ``lines`` complete lines in its
+    first ``size`` bytes while the sequence counter was ``seq``. Valid while the inode and
+    counter are unchanged (appends since then are counted from ``size``)."""
+
+    ino: int
+    size: int
+    lines: int
+    seq: int
+
+
+def _unpack_count(raw: bytes, offset: int) -> CountCache | None:
+    if len(raw) < offset + _COUNT.size:
+        return None
+    cache = CountCache(*_COUNT.unpack_from(raw, offset))
+    return cache if cache.ino else None
 _MAX_IDLE_GUARDS = 512
 _FIRST_DELAY = 0.0001
 _MAX_DELAY = 0.005
@@ -47,7 +67,7 @@ class GuardClosed(Exception):
 class SessionGuard:
     """The process-wide guard of one session. Use through :meth:`GuardRegistry.get`."""
 
-    __slots__ = ("_depth", "_fd", "_rlock", "closed", "path", "record", "seq")
+    __slots__ = ("_depth", "_fd", "_rlock", "closed", "count", "path", "record", "seq")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -58,6 +78,8 @@ class SessionGuard:
         self.seq = 0
         #: The roll-forward record found when the guard was taken (bytes), or None.
         self.record: bytes | None = None
+        #: The count cache, as read when the guard was taken and kept current since.
+        self.count: CountCache | None = None
 
     @property
     def fd(self) -> int:
@@ -96,7 +118,8 @@ class SessionGuard:
             self._rlock.release()
             raise
         self._depth = 1
-        self.seq = _SEQ.unpack_from(head, SEQ_OFFSET)[0] if len(head) >= RECORD_OFFSET else 0
+        self.seq = _SEQ.unpack_from(head, SEQ_OFFSET)[0] if len(head) >= SEQ_OFFSET + 8 else 0
+        self.count = _unpack_count(head, COUNT_OFFSET)
         self.record = head[RECORD_OFFSET:] if len(head) > RECORD_OFFSET and head[RECORD_OFFSET] else None
         if self.record is not None and len(head) == 4096:
             self.record = _platform.pread(self._fd, 1 << 24, RECORD_OFFSET)
@@ -153,6 +176,18 @@ class SessionGuard:
             self.seq += 1
             _platform.pwrite(self._fd, _SEQ.pack(self.seq), SEQ_OFFSET)
 
+    def write_count(self, ino: int, size: int, lines: int) -> None:
+        """Record that the transcript ``ino`` has ``lines`` complete lines in its first
+        ``size`` bytes, as of the current sequence counter (a cache: never fsynced)."""
+        cache = CountCache(ino, size, lines, self.seq)
+        _platform.pwrite(self._fd, _COUNT.pack(*cache), COUNT_OFFSET)
+        self.count = cache
+
+    def drop_count(self) -> None:
+        """Forget the count (the transcript is gone)."""
+        _platform.pwrite(self._fd, bytes(_COUNT.size), COUNT_OFFSET)
+        self.count = None
+
     def write_record(self, record: dict[str, Any], durable: bool) -> None:
         """Commit a roll-forward record: after this returns (durable: fsynced) recovery
         completes the mutation it describes."""
@@ -193,22 +228,30 @@ def parse_record(raw: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def read_seq(path: str) -> tuple[int, bool]:
-    """A reader's look at a session's control file: the sequence counter, and whether a
-    roll-forward record is pending ((0, False) when there is no lock file)."""
+class Control(NamedTuple):
+    """A lock-free reader's look at a session's control file."""
+
+    seq: int
+    pending: bool  # a roll-forward record is waiting to be completed
+    cache: CountCache | None
+
+
+def read_control(path: str) -> Control:
+    """Read the control file without locking (all zero when there is none)."""
     try:
         fd = _platform.open_file(path, os.O_RDONLY)
     except FileNotFoundError:
-        return 0, False
+        return Control(0, False, None)
     except OSError as exc:
         if exc.errno in _platform.SYMLINK_ERRNOS:
             raise UnsafePathError(path=path) from None
         raise
     try:
-        raw = _platform.pread(fd, 9, SEQ_OFFSET)
+        raw = _platform.pread(fd, RECORD_OFFSET + 1, 0)
     finally:
         _platform.close(fd)
-    return (_SEQ.unpack_from(raw)[0] if len(raw) >= 8 else 0), len(raw) > 8 and raw[8] != 0
+    seq = _SEQ.unpack_from(raw, SEQ_OFFSET)[0] if len(raw) >= SEQ_OFFSET + 8 else 0
+    return Control(seq, len(raw) > RECORD_OFFSET and raw[RECORD_OFFSET] != 0, _unpack_count(raw, COUNT_OFFSET))
 
 
 class GuardRegistry:

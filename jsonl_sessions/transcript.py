@@ -232,6 +232,19 @@ def iter_lines_backward(fd: int, size: int) -> Iterator[tuple[int, bytes, int]]:
         end = line_start
 
 
+def count_newlines(fd: int, start: int, end: int) -> int:
+    """Newlines in bytes ``start``..``end`` of the file (complete lines ending there). O(end - start)."""
+    count = 0
+    pos = start
+    while pos < end:
+        chunk = _platform.pread(fd, min(1 << 20, end - pos), pos)
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        pos += len(chunk)
+    return count
+
+
 def line_number_of(fd: int, offset: int) -> int:
     """1-based line number of the line starting at ``offset`` (counts newlines before it: O(offset))."""
     count = 0

@@ -464,6 +464,7 @@ class StoreMachine(RuleBasedStateMachine):
             expected = self.sessions.get(key, [])
             assert_same(store.try_load(key), expected, f"try_load {key!r}")
             assert store.get_session_trim_breadcrumb(key) == self.crumbs.get(key), key
+            assert store._count(store._session(key)) == (len(expected) if exists else None), f"count {key!r}"
             if thorough:
                 assert_same(store.load(key), expected, f"load {key!r}")
                 stamped = store.load_with_timestamps(key)

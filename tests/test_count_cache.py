@@ -1,0 +1,93 @@
+"""The message count: exact after every kind of change, and O(1) while the cache holds."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from jsonl_sessions import SessionStore, _platform
+from jsonl_sessions.keys import key_to_stem
+
+
+def count(store: SessionStore, key: str) -> int | None:
+    return store._count(store._session(key))
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
+    """Every pread through the platform seam, as (file name, bytes read)."""
+    seen: list[tuple[str, int]] = []
+    real = _platform.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        data = real(fd, size, offset)
+        seen.append((os.path.basename(os.readlink(f"/proc/self/fd/{fd}")), len(data)))
+        return data
+
+    monkeypatch.setattr(_platform, "pread", pread)
+    yield seen
+
+
+def test_count_follows_every_mutation(store: SessionStore) -> None:
+    key = "k"
+    assert count(store, key) is None
+    store.append(key, {"role": "user", "content": "a"})
+    store.append_many(key, [{"role": "user", "content": str(i)} for i in range(5)])
+    assert count(store, key) == 6
+    store.remove_last(key)
+    assert count(store, key) == 5
+    store.update_last(key, {"role": "assistant", "content": "x"})
+    assert count(store, key) == 5
+    store.rewrite_messages(key, store.try_load(key)[:2])
+    assert count(store, key) == 2
+    store.replace_conversation_state(key, [{"role": "system", "content": "crumb"}, *store.try_load(key)], True)
+    assert count(store, key) == 3
+    assert store.clear_messages(key) == 3
+    assert count(store, key) == 0
+    store.append(key, {"role": "user", "content": "again"})
+    assert count(store, key) == 1
+    assert store.delete_session(key)
+    assert count(store, key) is None
+    store.append(key, {"role": "user", "content": "new"})
+    assert count(store, key) == 1
+    assert count(SessionStore(store.root), key) == len(store.try_load(key))
+
+
+def test_count_is_o1_while_the_cache_holds(store: SessionStore, reads: list[tuple[str, int]]) -> None:
+    store.append_many("k", [{"role": "user", "content": "m" * 100} for _ in range(2000)])
+    store.append("k", {"role": "user", "content": "one more"})
+    store.remove_last("k")
+    reads.clear()
+    assert count(store, "k") == 2000
+    transcript = key_to_stem("k") + ".jsonl"
+    assert sum(n for name, n in reads if name == transcript) == 0, reads
+
+
+def test_count_catches_up_on_lines_appended_by_another_tool(store: SessionStore, reads: list[tuple[str, int]]) -> None:
+    store.append_many("k", [{"role": "user", "content": "m" * 100} for _ in range(1000)])
+    assert count(store, "k") == 1000
+    path = pathlib.Path(store.root) / (key_to_stem("k") + ".jsonl")
+    extra = b"".join(orjson.dumps({"id": f"7ZZZZZZZZZZZZZZZZZZZZZZZZ{i}", "role": "user", "content": i}) + b"\n"
+                     for i in range(3))
+    with open(path, "ab") as f:
+        f.write(extra + b'{"torn')
+    reads.clear()
+    assert count(store, "k") == 1003
+    transcript = key_to_stem("k") + ".jsonl"
+    assert sum(n for name, n in reads if name == transcript) == len(extra) + len(b'{"torn'), "only the new bytes"
+
+
+def test_count_survives_a_rewrite_by_another_tool(store: SessionStore) -> None:
+    store.append_many("k", [{"role": "user", "content": str(i)} for i in range(10)])
+    assert count(store, "k") == 10
+    path = pathlib.Path(store.root) / (key_to_stem("k") + ".jsonl")
+    lines = path.read_bytes().splitlines(keepends=True)
+    tmp = path.with_name("elsewhere")
+    tmp.write_bytes(b"".join(lines[:4]))
+    os.replace(tmp, path)  # a new inode, no lock, no counter change
+    assert count(store, "k") == 4
+    assert count(SessionStore(store.root), "k") == 4
