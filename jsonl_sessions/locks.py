@@ -15,7 +15,10 @@ The lock file is also the session's *control file* (layout in docs/format.md):
   in place (truncate, truncate-then-write). Readers take no lock: they read the counter,
   the transcript, and the counter again, and retry when it was odd or changed, so they
   never see a line spliced from old and new bytes.
-- bytes 16-: a roll-forward record (one JSON line) written and fsynced *before* a
+- bytes 16-48: the count cache (transcript inode, byte size, complete lines in it, and
+  the counter when written), kept current by writers, trusted by readers only while the
+  inode and counter match.
+- bytes 48-: a roll-forward record (one JSON line) written and fsynced *before* a
   multi-step mutation touches the session; whoever next takes the guard completes it.
 """
 
