@@ -376,8 +376,10 @@ class StoreCore:
         """Keep the count cache current after a mutation (nothing when the count before was
         unknown: the cache then no longer matches, and the next reader rebuilds it)."""
         if count is not None:
-            with contextlib.suppress(OSError):
+            try:
                 guard.write_count(ino, size, count)
+            except OSError:
+                pass
 
     def _newest(self, s: _Session, fd: int, size: int) -> tuple[Tail, dict[str, Any]] | None:
         """The tail and the newest message's record; None when there is no complete line.
