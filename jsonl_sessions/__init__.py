@@ -7,6 +7,7 @@ for the on-disk format.
 
 from __future__ import annotations
 
+from .aio import AsyncSessionStore
 from .errors import (
     CorruptMetadataError,
     CorruptTranscriptError,
@@ -34,6 +35,7 @@ from .types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncSessionStore",
     "ChatMessage",
     "CorruptMetadataError",
     "CorruptTranscriptError",

@@ -1,0 +1,115 @@
+"""AsyncSessionStore: the session store for asyncio code.
+
+Every public method of :class:`jsonl_sessions.SessionStore` is here as a coroutine with
+the same name, arguments, result and errors. Each call runs the blocking method in a
+worker thread (``asyncio.to_thread``), so the event loop never waits on file I/O,
+fsync or a session's guard; the store is thread-safe and the guard serialises
+concurrent calls on one session, so any number of coroutines may use one store.
+
+The wrappers are generated from ``SessionStore``'s public methods when this module is
+imported, so methods added to the store are covered without a change here
+(:data:`WRAPPED` lists them).
+
+Not wrapped: ``lock(key)``. The guard is bound to the thread that takes it (a
+re-entrant lock) and each wrapped call may run in a different worker thread, so a
+guard held across ``await`` points would block or time out the calls meant to run under
+it. To make several calls one unit, run them in one worker thread::
+
+    def rename(store: SessionStore) -> None:
+        with store.lock("chat"):
+            messages = store.try_load("chat")
+            store.rewrite_messages("chat", messages[-10:])
+
+    await astore.run(rename)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import os
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .store import SessionStore
+
+_T = TypeVar("_T")
+
+#: Public members of SessionStore that are not wrapped (see the module docstring).
+NOT_WRAPPED = frozenset({"lock"})
+
+
+def public_methods(cls: type = SessionStore) -> list[str]:
+    """The names of ``cls``'s public methods (functions not starting with ``_``), sorted."""
+    return sorted(name for name, value in inspect.getmembers(cls, inspect.isfunction) if not name.startswith("_"))
+
+
+def _wrapper(name: str, method: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def call(self: AsyncSessionStore, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(getattr(self._store, name), *args, **kwargs)
+
+    call.__qualname__ = f"AsyncSessionStore.{name}"
+    return call
+
+
+class AsyncSessionStore:
+    """``AsyncSessionStore(root, **options)``: a :class:`SessionStore` (same ``root`` and
+    options) whose methods are coroutines, run in worker threads.
+
+    The constructor itself does the store's small amount of set-up I/O (creating
+    ``root``, removing temp files left by a crash) in the calling thread; inside a
+    running event loop, ``await AsyncSessionStore.open(root, ...)`` does it in a worker
+    thread instead. :attr:`sync` is the underlying store; :meth:`run` runs a function of
+    it in one worker thread (e.g. several calls under ``store.lock(key)``)."""
+
+    def __init__(self, root: str | os.PathLike[str], **options: Any) -> None:
+        self._store = SessionStore(root, **options)
+
+    @classmethod
+    async def open(cls, root: str | os.PathLike[str], **options: Any) -> AsyncSessionStore:
+        """Create the store in a worker thread (its set-up I/O never blocks the loop)."""
+        store = await asyncio.to_thread(SessionStore, root, **options)
+        return cls.wrapping(store)
+
+    @classmethod
+    def wrapping(cls, store: SessionStore) -> AsyncSessionStore:
+        """An async front for an existing store (both may be used side by side)."""
+        self = cls.__new__(cls)
+        self._store = store
+        return self
+
+    @property
+    def sync(self) -> SessionStore:
+        """The blocking store underneath."""
+        return self._store
+
+    @property
+    def root(self) -> str:
+        return self._store.root
+
+    @property
+    def durability(self) -> str:
+        return self._store.durability
+
+    async def run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """``fn(store, *args, **kwargs)`` in one worker thread, with the blocking store."""
+        return await asyncio.to_thread(fn, self._store, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._store.root!r}, durability={self._store.durability!r})"
+
+    if TYPE_CHECKING:
+        # The generated coroutine methods (below) are invisible to a type checker.
+        def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]: ...
+
+
+#: The SessionStore methods AsyncSessionStore exposes as coroutines.
+WRAPPED = tuple(name for name in public_methods() if name not in NOT_WRAPPED)
+
+for _name in WRAPPED:
+    setattr(AsyncSessionStore, _name, _wrapper(_name, getattr(SessionStore, _name)))
+del _name
+
+__all__ = ["NOT_WRAPPED", "WRAPPED", "AsyncSessionStore", "public_methods"]
