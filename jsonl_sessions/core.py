@@ -30,7 +30,7 @@ import contextlib
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
@@ -509,16 +509,19 @@ class StoreCore:
         return lines
 
     # -- creation / sidecar -----------------------------------------------------------
-    def _create(self, s: _Session, lines: list[bytes], breadcrumb: bool | None = None) -> None:
-        """Create the session: sidecar first (so the key is on disk before the transcript
-        exists), then the transcript by atomic rename. Called under the guard when the
-        transcript does not exist. On error nothing that looks like a session remains."""
-        now = self._clock()
-        meta = sidecar.new_sidecar(s.key, now)
-        meta["trim_breadcrumb"] = breadcrumb
+    def _create(
+        self, s: _Session, chunks: Iterable[bytes], breadcrumb: bool | None = None, meta: dict[str, Any] | None = None
+    ) -> None:
+        """Create the session from whole-line ``chunks``: sidecar first (``meta``, or a new
+        one; so the key is on disk before the transcript exists), then the transcript by
+        atomic rename. Called under the guard when the transcript does not exist. On error
+        nothing that looks like a session remains."""
+        if meta is None:
+            meta = sidecar.new_sidecar(s.key, self._clock())
+            meta["trim_breadcrumb"] = breadcrumb
         atomic_write(s.sidecar, s.tmp_sidecar, [sidecar.encode(meta)], durable=self._durable, directory=self._root)
         try:
-            self._install_transcript(s, lines)
+            self._install_transcript(s, chunks)
         except BaseException:
             # The rename may already have happened (the directory fsync failed): take the
             # transcript away again; drop the sidecar only once no transcript is left.
@@ -527,11 +530,20 @@ class StoreCore:
                 unlink_quietly(s.sidecar)
             raise
 
-    def _install_transcript(self, s: _Session, lines: list[bytes]) -> None:
-        """Replace (or create) the transcript with ``lines``, all or nothing: temp file,
-        fsync, rename, directory fsync; the count cache follows. Under the guard."""
+    def _install_transcript(self, s: _Session, chunks: Iterable[bytes]) -> None:
+        """Replace (or create) the transcript with whole-line ``chunks`` (streamed), all or
+        nothing: temp file, fsync, rename, directory fsync; the count cache follows. Under
+        the guard."""
         guard = REGISTRY.get(s.lock)
-        total = write_temp(s.tmp_transcript, lines, self._durable)
+        lines = 0
+
+        def counted() -> Iterator[bytes]:
+            nonlocal lines
+            for chunk in chunks:
+                lines += chunk.count(b"\n")
+                yield chunk
+
+        total = write_temp(s.tmp_transcript, counted(), self._durable)
         try:
             self._rename_in_place(guard, s.tmp_transcript, s.transcript)
         except BaseException:
@@ -539,7 +551,7 @@ class StoreCore:
             raise
         if self._durable:
             _platform.fsync_dir(self._root)
-        self._note_count(guard, os.lstat(s.transcript).st_ino, total, len(lines))
+        self._note_count(guard, os.lstat(s.transcript).st_ino, total, lines)
 
     @staticmethod
     def _rename_in_place(guard: SessionGuard, src: str, dst: str) -> None:

@@ -30,11 +30,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, TypeVar, cast
 
 from . import _platform, codec, sidecar
-from ._atomic import atomic_write, unlink_quietly, write_temp
 from .core import StoreCore, _Held, _Session
 from .errors import (
     CorruptTranscriptError,
@@ -43,7 +42,7 @@ from .errors import (
     SessionNotFoundError,
     SessionStoreError,
 )
-from .locks import Control, SessionGuard
+from .locks import Control
 from .transcript import BOM, BadLine, iter_lines_backward, line_number_of, log, parse, read_tail, warn_bad
 from .types import ChatMessage, Page, _wrap
 
@@ -794,8 +793,8 @@ class HistoryMethods(StoreCore):
         Cost: O(log n) to find the id, plus the copy."""
         src, dst = self._session(source), self._session(target)
         with contextlib.ExitStack() as held:
-            guards = {one.lock: held.enter_context(_Held(self, one))
-                      for one in sorted({src.lock: src, dst.lock: dst}.values(), key=lambda x: x.lock)}
+            for one in sorted({src.lock: src, dst.lock: dst}.values(), key=lambda x: x.lock):
+                held.enter_context(_Held(self, one))  # both guards, in one global order
             opened = self._open_existing(src, os.O_RDONLY)
             if opened is None:
                 raise SessionNotFoundError(key=source)
@@ -815,7 +814,7 @@ class HistoryMethods(StoreCore):
                 meta["trim_breadcrumb"] = source_meta.get("trim_breadcrumb") if source_meta else None
                 meta["parent"] = source
                 meta["fork_point"] = fork_point
-                self._create_as(dst, guards[dst.lock], meta, _copy_chunks(fd, end))
+                self._create(dst, _copy_chunks(fd, end), meta=meta)
             finally:
                 _platform.close(fd)
         return fork_point
@@ -832,39 +831,6 @@ class HistoryMethods(StoreCore):
             raise CorruptTranscriptError(key=s.key, path=s.transcript, line=line_number_of(fd, found[0]),
                                          offset=found[0], reason=str(exc)) from None
         return found
-
-    def _create_as(self, s: _Session, guard: SessionGuard, meta: dict[str, Any], chunks: Iterable[bytes]) -> None:
-        """Create the session with sidecar ``meta`` and transcript bytes ``chunks`` (whole
-        lines), as :meth:`_create` does: sidecar first, then the transcript through temp
-        file, fsync, rename (counter odd around it, :meth:`_rename_in_place`) and
-        directory fsync, then the count cache; on error nothing that looks like a session
-        remains. Under the session's guard (``guard``)."""
-        lines = 0
-
-        def counted() -> Iterator[bytes]:
-            nonlocal lines
-            for chunk in chunks:
-                lines += chunk.count(b"\n")
-                yield chunk
-
-        atomic_write(s.sidecar, s.tmp_sidecar, [sidecar.encode(meta)], durable=self._durable, directory=self._root)
-        try:
-            total = write_temp(s.tmp_transcript, counted(), self._durable)
-            try:
-                self._rename_in_place(guard, s.tmp_transcript, s.transcript)
-            except BaseException:
-                unlink_quietly(s.tmp_transcript)
-                raise
-            if self._durable:
-                _platform.fsync_dir(self._root)
-        except BaseException:
-            # The rename may already have happened (the directory fsync failed): take the
-            # transcript away again; drop the sidecar only once no transcript is left.
-            unlink_quietly(s.transcript)
-            if not os.path.lexists(s.transcript):
-                unlink_quietly(s.sidecar)
-            raise
-        self._note_count(guard, os.lstat(s.transcript).st_ino, total, lines)
 
     def truncate_messages(self, key: str, up_to_message_id: str) -> int:
         """Revert: keep the messages up to and including ``up_to_message_id``, remove the
