@@ -334,50 +334,50 @@ class StoreCore:
 
         seen: list[int] = []
 
-        def count(control: Control) -> tuple[int, int, int] | None:
+        def count(control: Control) -> tuple[int, os.stat_result | None] | None:
             seen.append(control.seq)
             opened = self._open_stat(s, os.O_RDONLY)
             if opened is None:
                 return None
             fd, st = opened
             try:
-                cache = control.cache
-                if cache is not None and cache.ino == st.st_ino and cache.seq == control.seq \
-                        and cache.size <= st.st_size:
-                    return cache.lines + count_newlines(fd, cache.size, st.st_size), -1, st.st_ino
-                data = _platform.pread(fd, st.st_size, 0)
-                return data.count(b"\n"), data.rfind(b"\n") + 1, st.st_ino
+                if control.cache is not None and control.cache.matches(st, control.seq):
+                    return control.cache.lines, None
+                return count_newlines(fd, 0, st.st_size), st
             finally:
                 _platform.close(fd)
 
         result = self._consistent(s, count)
         if result is None:
             return None
-        lines, committed, ino = result
-        if committed >= 0:  # a full count: store it, if the guard is free and nothing changed since
+        lines, counted = result
+        if counted is not None:  # a full count: store it, if the guard is free and nothing changed since
             with contextlib.suppress(SessionStoreError, OSError):
                 guard = self._acquire(s, timeout=0)
                 try:
-                    if guard.seq == seen[-1]:
-                        guard.write_count(ino, committed, lines)
+                    now = os.lstat(s.transcript)
+                    if guard.seq == seen[-1] and (now.st_ino, now.st_size, now.st_mtime_ns) == (
+                            counted.st_ino, counted.st_size, counted.st_mtime_ns):
+                        guard.write_count(counted, lines)
                 finally:
                     guard.release()
         return lines
 
-    def _known_count(self, guard: SessionGuard, fd: int, ino: int, committed: int) -> int | None:
-        """The number of complete lines before a mutation, if the count cache vouches for
-        it (O(1), or O(bytes appended since the cache was written)); None otherwise."""
+    @staticmethod
+    def _known_count(guard: SessionGuard, st: os.stat_result) -> int | None:
+        """The number of complete lines before a mutation (``st``: the transcript's fstat
+        then), if the count cache vouches for it; None otherwise. O(1)."""
         cache = guard.count
-        if cache is None or cache.ino != ino or cache.seq != guard.seq or cache.size > committed:
-            return None
-        return cache.lines + count_newlines(fd, cache.size, committed)
+        return cache.lines if cache is not None and cache.matches(st, guard.seq) else None
 
-    def _note_count(self, guard: SessionGuard, ino: int, size: int, count: int | None) -> None:
-        """Keep the count cache current after a mutation (nothing when the count before was
-        unknown: the cache then no longer matches, and the next reader rebuilds it)."""
+    @staticmethod
+    def _note_count(guard: SessionGuard, file: int | str, count: int | None) -> None:
+        """Keep the count cache current after a mutation: ``count`` lines in the transcript
+        (``file``: its descriptor or path, stat'ed now). Nothing when the count is unknown:
+        the cache then no longer matches, and the next reader rebuilds it."""
         if count is not None:
             try:
-                guard.write_count(ino, size, count)
+                guard.write_count(_platform.fstat(file) if isinstance(file, int) else os.lstat(file), count)
             except OSError:
                 pass
 
@@ -543,7 +543,7 @@ class StoreCore:
                 lines += chunk.count(b"\n")
                 yield chunk
 
-        total = write_temp(s.tmp_transcript, counted(), self._durable)
+        write_temp(s.tmp_transcript, counted(), self._durable)
         try:
             self._rename_in_place(guard, s.tmp_transcript, s.transcript)
         except BaseException:
@@ -551,7 +551,7 @@ class StoreCore:
             raise
         if self._durable:
             _platform.fsync_dir(self._root)
-        self._note_count(guard, os.lstat(s.transcript).st_ino, total, lines)
+        self._note_count(guard, s.transcript, lines)
 
     @staticmethod
     def _rename_in_place(guard: SessionGuard, src: str, dst: str) -> None:
@@ -690,10 +690,9 @@ class StoreCore:
                 records = self._assign(s, msgs, self._last_id(fd, tail), fd, tail.size)
                 lines = self._encode(s, records)
                 data = lines[0] if len(lines) == 1 else b"".join(lines)
-                before = self._known_count(guard, fd, st.st_ino, tail.committed)
+                before = self._known_count(guard, st)
                 self._append_bytes(fd, guard, tail, data, len(lines))
-                self._note_count(guard, st.st_ino, tail.committed + len(data),
-                                 None if before is None else before + len(lines))
+                self._note_count(guard, fd, None if before is None else before + len(lines))
             finally:
                 _platform.close(fd)
             return [r["id"] for r in records]
@@ -761,7 +760,7 @@ class StoreCore:
                 tail, record = newest
                 if expected_id is not None and (record.get("id") or "") != expected_id:
                     return False
-                before = self._known_count(guard, fd, st.st_ino, tail.committed)
+                before = self._known_count(guard, st)
                 guard.begin_in_place()
                 try:
                     _platform.truncate(fd, tail.last_start)
@@ -769,7 +768,7 @@ class StoreCore:
                         _platform.fsync(fd)
                 finally:
                     guard.end_in_place()
-                self._note_count(guard, st.st_ino, tail.last_start, None if before is None else before - 1)
+                self._note_count(guard, fd, None if before is None else before - 1)
                 return True
             finally:
                 _platform.close(fd)
@@ -808,7 +807,7 @@ class StoreCore:
                     created = m.created_at if m.created_at is not None else self._clock()
                     records = [codec.record_of(m, new_id, created)]
                 line = self._encode(s, records)[0]
-                before = self._known_count(guard, fd, st.st_ino, tail.committed)
+                before = self._known_count(guard, st)
                 guard.write_record({"op": "tail", "at": tail.last_start, "line": line.decode("utf-8")}, self._durable)
                 try:
                     self._write_tail(fd, guard, tail.last_start, line, durable=self._durable)
@@ -816,7 +815,7 @@ class StoreCore:
                 except BaseException:
                     self._settle(s, guard)
                     raise
-                self._note_count(guard, st.st_ino, tail.last_start + len(line), before)
+                self._note_count(guard, fd, before)
                 return True
             finally:
                 _platform.close(fd)
@@ -893,7 +892,7 @@ class StoreCore:
             meta = self._sidecar(s)
             meta["trim_breadcrumb"] = bool(breadcrumb)
             meta["updated_at"] = self._clock()
-            total = write_temp(s.tmp_transcript, lines, self._durable)
+            write_temp(s.tmp_transcript, lines, self._durable)
             try:
                 write_temp(s.tmp_sidecar, [sidecar.encode(meta)], self._durable)
                 if self._durable:
@@ -913,7 +912,7 @@ class StoreCore:
             except BaseException:
                 self._settle(s, guard)
                 raise
-            self._note_count(guard, os.lstat(s.transcript).st_ino, total, len(lines))
+            self._note_count(guard, s.transcript, len(lines))
             return True
 
     def set_session_trim_breadcrumb(self, key: str, present: bool) -> None:
@@ -947,7 +946,7 @@ class StoreCore:
                         _platform.fsync(fd)
                 finally:
                     guard.end_in_place()
-                self._note_count(guard, st.st_ino, 0, 0)
+                self._note_count(guard, fd, 0)
                 return count
             finally:
                 _platform.close(fd)

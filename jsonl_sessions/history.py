@@ -856,7 +856,7 @@ class HistoryMethods(StoreCore):
                 count = self._count_removed(s, fd, end, removed)
                 if count == 0 and not tail.torn:
                     return 0
-                before = self._known_count(guard, fd, st.st_ino, tail.committed)
+                before = self._known_count(guard, st)
                 guard.begin_in_place()
                 try:
                     _platform.truncate(fd, end)
@@ -864,7 +864,7 @@ class HistoryMethods(StoreCore):
                         _platform.fsync(fd)
                 finally:
                     guard.end_in_place()
-                self._note_count(guard, st.st_ino, end, None if before is None else before - count)
+                self._note_count(guard, fd, None if before is None else before - count)
                 return count
             finally:
                 _platform.close(fd)

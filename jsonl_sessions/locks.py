@@ -15,10 +15,10 @@ The lock file is also the session's *control file* (layout in docs/format.md):
   in place (truncate, truncate-then-write). Readers take no lock: they read the counter,
   the transcript, and the counter again, and retry when it was odd or changed, so they
   never see a line spliced from old and new bytes.
-- bytes 16-48: the count cache (transcript inode, byte size, complete lines in it, and
-  the counter when written), kept current by writers, trusted by readers only while the
-  inode and counter match.
-- bytes 48-: a roll-forward record (one JSON line) written and fsynced *before* a
+- bytes 16-56: the count cache (transcript inode, size, mtime, complete lines, and the
+  counter when written), kept current by writers, trusted by readers only while all of
+  them still match.
+- bytes 56-: a roll-forward record (one JSON line) written and fsynced *before* a
   multi-step mutation touches the session; whoever next takes the guard completes it.
 """
 
@@ -37,20 +37,25 @@ from .errors import LockTimeoutError, UnsafePathError
 
 SEQ_OFFSET = 8
 COUNT_OFFSET = 16
-RECORD_OFFSET = 48
+RECORD_OFFSET = 56
 _SEQ = struct.Struct("<Q")
-_COUNT = struct.Struct("<QQQQ")  # transcript inode, committed bytes, lines, sequence counter
+_COUNT = struct.Struct("<QQQQQ")  # transcript inode, size, mtime (ns), lines, sequence counter
 
 
 class CountCache(NamedTuple):
-    """What a writer last knew: the transcript (inode) had ``lines`` complete lines in its
-    first ``size`` bytes while the sequence counter was ``seq``. Valid while the inode and
-    counter are unchanged (appends since then are counted from ``size``)."""
+    """What a writer last knew: the transcript (inode) had ``lines`` complete lines when
+    it was ``size`` bytes long and last modified at ``mtime`` (ns), with the sequence
+    counter at ``seq``. Trusted only while all four still match the file."""
 
     ino: int
     size: int
+    mtime: int
     lines: int
     seq: int
+
+    def matches(self, st: os.stat_result, seq: int) -> bool:
+        return (self.ino == st.st_ino and self.size == st.st_size and self.mtime == st.st_mtime_ns
+                and self.seq == seq)
 
 
 def _unpack_count(raw: bytes, offset: int) -> CountCache | None:
@@ -179,10 +184,10 @@ class SessionGuard:
             self.seq += 1
             _platform.pwrite(self._fd, _SEQ.pack(self.seq), SEQ_OFFSET)
 
-    def write_count(self, ino: int, size: int, lines: int) -> None:
-        """Record that the transcript ``ino`` has ``lines`` complete lines in its first
-        ``size`` bytes, as of the current sequence counter (a cache: never fsynced)."""
-        cache = CountCache(ino, size, lines, self.seq)
+    def write_count(self, st: os.stat_result, lines: int) -> None:
+        """Record that the transcript, as ``st`` describes it, has ``lines`` complete lines,
+        as of the current sequence counter (a cache: never fsynced)."""
+        cache = CountCache(st.st_ino, st.st_size, st.st_mtime_ns, lines, self.seq)
         _platform.pwrite(self._fd, _COUNT.pack(*cache), COUNT_OFFSET)
         self.count = cache
 
