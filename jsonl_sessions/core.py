@@ -202,10 +202,17 @@ class StoreCore:
     def _roll_forward(self, s: _Session, guard: SessionGuard, record: dict[str, Any]) -> None:
         op = record.get("op")
         if op == "moves":
-            for src, dst in record["moves"]:
-                src_path = os.path.join(self._root, src)
-                if os.path.lexists(src_path):
-                    self._rename_in_place(guard, src_path, os.path.join(self._root, dst))
+            # One odd stretch of the counter around all the renames: a lock-free reader
+            # never sees the new sidecar with the old transcript.
+            guard.begin_in_place()
+            try:
+                for src, dst in record["moves"]:
+                    src_path = os.path.join(self._root, src)
+                    if os.path.lexists(src_path):
+                        _platform.replace(src_path, os.path.join(self._root, dst))
+            finally:
+                with contextlib.suppress(OSError):  # the next guard holder makes it even
+                    guard.end_in_place()
             _platform.fsync_dir(self._root)
         elif op in ("tail", "append"):
             opened = self._open_existing(s, os.O_RDWR)
@@ -647,12 +654,13 @@ class StoreCore:
 
     def get_session_trim_breadcrumb(self, key: str) -> bool | None:
         """The recorded breadcrumb flag; None when the session is missing or never set it.
-        Takes the guard, so it never pairs a new transcript with an old flag."""
+        Takes no lock, yet never pairs a new transcript with an old flag: the renames of
+        a replace happen with the control file's counter odd, and a committed but
+        unfinished replace is completed first (see :meth:`_consistent`)."""
         s = self._session(key)
         if not self.session_exists(key):
             return None
-        with _Held(self, s):
-            meta = sidecar.read(s.sidecar, s.key)
+        meta = self._consistent(s, lambda _control: sidecar.read(s.sidecar, s.key))
         if meta is None:
             return None
         value = meta.get("trim_breadcrumb")
