@@ -1,0 +1,229 @@
+"""``JsonlSession``: a durable ``Session`` for the OpenAI Agents SDK.
+
+::
+
+    from agents import Agent, Runner
+    from jsonl_sessions.integrations.openai_agents import JsonlSession
+
+    session = JsonlSession("user-42", "sessions")   # a store directory (or a SessionStore)
+    result = await Runner.run(Agent(name="a"), "Hi", session=session)
+
+It implements the SDK's ``Session`` protocol (``session_id``, ``session_settings``,
+``get_items``, ``add_items``, ``pop_item``, ``clear_session``) with the behaviour of the
+SDK's own ``SQLiteSession``, on a :class:`jsonl_sessions.SessionStore`: the session is the
+store's session whose key is ``session_id``, one transcript line per item.
+
+Mapping (lossless: ``get_items`` returns items equal to those added, key order included):
+the line's ``content`` is the item's ``"content"`` (so the store's search sees message
+text), ``item`` holds every other field of the item, ``content_at`` the position of
+``"content"`` among the item's keys (absent when the item has none). ``role`` is the
+item's ``role``, else its ``type`` (``"function_call"``, ``"reasoning"``...), else
+``"item"``: for reading and filtering only, never used to rebuild the item. An item of
+type ``"compaction"`` gets ``kind="compaction"``, so ``page(..., breakpoint=True)`` stops
+at it. The item's own ``id`` (``"msg_..."``, ``"fc_..."``) stays in ``item``; the line's
+``id`` is the store's ULID. A line written by other code (no ``item`` field) reads back
+as ``{"role": ..., "content": ..., **its other fields}``.
+
+Needs the ``openai-agents`` package: ``pip install 'jsonl-sessions[openai-agents]'``.
+"""
+
+from __future__ import annotations
+
+try:
+    import agents  # noqa: F401  (a missing SDK fails here, with the message below)
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings
+except ImportError as exc:  # pragma: no cover - exercised with the package hidden
+    raise ImportError(
+        "jsonl_sessions.integrations.openai_agents needs the OpenAI Agents SDK (openai-agents >= 0.8): "
+        f"pip install 'jsonl-sessions[openai-agents]' ({exc})"
+    ) from exc
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any, cast
+
+from ..errors import SessionNotFoundError
+from ..keys import validate_key
+from ..store import SessionStore
+from ..types import ChatMessage
+from ._common import StoreLike, finish, open_store
+
+__all__ = ["JsonlSession", "item_to_message", "message_to_item"]
+
+#: The extra fields of a line written by this adapter.
+ITEM_FIELD = "item"
+CONTENT_AT_FIELD = "content_at"
+
+
+def item_to_message(item: Mapping[str, Any]) -> ChatMessage:
+    """The transcript message that stores ``item`` (see the module docstring)."""
+    if not isinstance(item, Mapping):
+        raise TypeError(f"a session item must be a mapping (a dict), not {type(item).__name__}")
+    role = item.get("role")
+    if not isinstance(role, str):
+        role = item.get("type")
+        if not isinstance(role, str):
+            role = "item"
+    kind = "compaction" if item.get("type") == "compaction" else "message"
+    rest: dict[str, Any] = {}
+    content: Any = None
+    extra: dict[str, Any] = {ITEM_FIELD: rest}
+    for position, (name, value) in enumerate(item.items()):
+        if name == "content":
+            content = value
+            extra[CONTENT_AT_FIELD] = position
+        else:
+            rest[name] = value
+    return ChatMessage(role, content, kind=kind, extra=extra)
+
+
+def message_to_item(message: ChatMessage) -> TResponseInputItem:
+    """The item stored as ``message`` (the inverse of :func:`item_to_message`)."""
+    extra = message.extra
+    rest = extra.get(ITEM_FIELD)
+    if not isinstance(rest, dict):
+        # Not written by this adapter: an easy input message from the line's fields.
+        return cast("TResponseInputItem", {"role": message.role, "content": message.content, **extra})
+    at = extra.get(CONTENT_AT_FIELD)
+    if type(at) is not int:
+        return cast("TResponseInputItem", dict(rest))
+    item: dict[str, Any] = {}
+    for position, (name, value) in enumerate(rest.items()):
+        if position == at:
+            item["content"] = message.content
+        item[name] = value
+    if at >= len(rest):
+        item["content"] = message.content
+    return cast("TResponseInputItem", item)
+
+
+def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings:
+    if value is None:
+        return SessionSettings()
+    if isinstance(value, SessionSettings):
+        return value
+    if isinstance(value, Mapping):
+        return SessionSettings(**value)
+    raise TypeError(f"session_settings must be a SessionSettings, a dict or None, not {type(value).__name__}")
+
+
+class JsonlSession:
+    """``JsonlSession(session_id, store=None, *, session_settings=None, **store_options)``:
+    the conversation ``session_id`` of a jsonl_sessions store, as an Agents SDK session.
+
+    ``store``: a :class:`~jsonl_sessions.SessionStore`, an
+    :class:`~jsonl_sessions.AsyncSessionStore`, or the path of a store directory, opened
+    with ``store_options`` (``durability``, ``lock_timeout``...); None means the directory
+    ``"sessions"`` in the working directory. Sessions sharing a store (also across
+    processes) are independent; several ``JsonlSession`` objects, coroutines, threads or
+    processes may use one session at once.
+
+    Every method runs the store in a worker thread, so the event loop never waits on file
+    I/O. Durability is the store's: with ``durability="fsync"`` (the default) items are on
+    stable storage when ``add_items`` returns. A write whose caller is cancelled is still
+    awaited to its end before the cancellation is raised (as the SDK's own sessions do).
+
+    Corrupt transcript lines (edited or damaged by hand) are skipped by ``get_items`` with
+    a logged warning, as ``SQLiteSession`` skips rows it cannot decode; ``pop_item`` and
+    ``clear_session`` refuse to destroy a line they cannot parse and raise
+    :class:`~jsonl_sessions.CorruptTranscriptError`, leaving the file unchanged
+    (``store.compact(key, repair=True)`` or ``store.delete_session(key)`` deal with it).
+    """
+
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        session_id: str,
+        store: StoreLike = None,
+        *,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        **store_options: Any,
+    ) -> None:
+        self.session_id = validate_key(session_id)  # a bad key fails here, not at the first call
+        self.session_settings = _settings(session_settings)
+        self._store = open_store(store, store_options)
+
+    @property
+    def store(self) -> SessionStore:
+        """The store holding the session (its key is :attr:`session_id`)."""
+        return self._store
+
+    def __repr__(self) -> str:
+        return f"JsonlSession({self.session_id!r}, {self._store.root!r})"
+
+    # -- the Session protocol -------------------------------------------------------------
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The session's items, oldest first; with ``limit`` (else
+        ``session_settings.limit``) only the ``limit`` newest, still oldest first. ``[]``
+        for a missing session and for ``limit == 0``; a negative limit means all (as in
+        ``SQLiteSession``). Cost: O(limit) with a limit (the store reads a page from the
+        end of the transcript, never the whole file), O(session) without. Takes no lock;
+        the result is one consistent state."""
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
+        messages = await asyncio.to_thread(self._read, limit)
+        return [message_to_item(m) for m in messages]
+
+    def _read(self, limit: int | None) -> list[ChatMessage]:
+        if limit is None or limit < 0:
+            return self._store.load(self.session_id)
+        if limit == 0:
+            return []
+        try:
+            return self._store.page(self.session_id, limit=limit).messages
+        except SessionNotFoundError:
+            return []
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` (creating the session if needed) as one write: all of them or,
+        after a crash or an error, none. Raises TypeError for an item that is not a dict,
+        :class:`~jsonl_sessions.SerializationError` (a TypeError) for one that is not
+        JSON, with nothing written. Cost: O(len(items)), independent of the session size."""
+        if not items:
+            return
+        messages = [item_to_message(cast("Mapping[str, Any]", item)) for item in items]
+        await finish(asyncio.to_thread(self._store.append_many, self.session_id, messages))
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove the newest item and return it; None when the session is empty (or
+        missing). A compare-and-remove: it reads the newest line, then removes the newest
+        line only if it is still that one, and tries again otherwise, so an item appended
+        meanwhile by another writer (any thread or process) is never removed in place of
+        the one returned. Cost: O(1) in the session size."""
+        message = await finish(asyncio.to_thread(self._pop))
+        return None if message is None else message_to_item(message)
+
+    def _pop(self) -> ChatMessage | None:
+        while True:
+            try:
+                newest = self._store.page(self.session_id, limit=1).messages
+            except SessionNotFoundError:
+                return None
+            if not newest:
+                return None
+            if self._store.remove_last(self.session_id, expected_id=newest[-1].id):
+                return newest[-1]
+
+    async def clear_session(self) -> None:
+        """Remove every item. The session stays in the store, empty, with its metadata
+        (name, owner...). Atomic; refuses a transcript with corrupt lines (see the class
+        docstring)."""
+        await finish(asyncio.to_thread(self._store.clear_messages, self.session_id))
+
+    def close(self) -> None:
+        """Nothing to release (no file stays open between calls); for code written
+        against ``SQLiteSession``, which has a ``close``."""
+
+    # -- extra ------------------------------------------------------------------------------
+    async def get_item_count(self) -> int:
+        """How many items the session holds (0 when missing). O(1) in the session size."""
+        def count() -> int:
+            try:
+                return self._store.get_message_count(self.session_id)
+            except SessionNotFoundError:
+                return 0
+
+        return await asyncio.to_thread(count)
+
