@@ -1,113 +1,303 @@
-"""The ``jsonl-sessions`` command (also ``python -m jsonl_sessions``).
+"""The ``jsonl-sessions`` command (also ``python -m jsonl_sessions``): look inside a store.
 
-Commands: ``demo`` (a guided tour in a temporary store). Errors are one line on
-stderr with a non-zero exit status, never a traceback.
+Commands (:data:`COMMANDS`): ``ls``, ``show``, ``tail``, ``search``, ``verify``,
+``repair``, ``export``, ``import``, ``rm``, ``stats``, ``demo``. The store directory is
+``--root``, else ``$JSONL_SESSIONS_ROOT``, else the per-user data directory
+(:func:`default_root`). Commands that only read never create it.
+
+Exit status: 0 success, 1 failure (or ``verify`` found problems), 2 usage error (bad
+option, bad session key, no store at the root), 130 interrupted (Ctrl-C). Every error is
+one line on stderr, ``jsonl-sessions: error: ...``, never a traceback; library warnings
+(e.g. corrupt lines skipped by a lenient read) are one line each too. Text meant for
+people has control characters made visible, so message content cannot drive the
+terminal; ``--json`` / ``--nl`` / ``--jsonl`` / ``export`` print JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import shlex
 import sys
-import tempfile
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Callable, Sequence
 
-from .errors import SessionStoreError
-from .keys import key_to_stem
-from .store import SessionStore
+from ._cli_commands import (
+    _LOGGER,
+    _SORTS,
+    ENV_ROOT,
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    PROG,
+    CliError,
+    UsageError,
+    _err,
+    cmd_demo,
+    cmd_export,
+    cmd_import,
+    cmd_ls,
+    cmd_repair,
+    cmd_rm,
+    cmd_search,
+    cmd_show,
+    cmd_stats,
+    cmd_tail,
+    cmd_verify,
+    default_root,
+    resolve_root,
+)
+from .errors import CorruptTranscriptError, InvalidSessionKeyError, LockTimeoutError, SessionStoreError
+
+#: Every command, in the order ``--help`` lists them (the README documents each one).
+COMMANDS = ("ls", "show", "tail", "search", "verify", "repair", "export", "import", "rm", "stats", "demo")
+
+_HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "ls": cmd_ls, "show": cmd_show, "tail": cmd_tail, "search": cmd_search, "verify": cmd_verify,
+    "repair": cmd_repair, "export": cmd_export, "import": cmd_import, "rm": cmd_rm, "stats": cmd_stats,
+    "demo": cmd_demo,
+}
 
 
-def _say(text: str = "") -> None:
-    print(text, flush=True)
-
-
-def demo(root: str | None = None) -> int:
-    """Build a store, hold a short agent-like conversation, simulate a crash that tears
-    the last write, and show that nothing acknowledged is lost."""
-    root = root or tempfile.mkdtemp(prefix="jsonl-sessions-demo-")
-    store = SessionStore(root)
-    key = "demo/chat"
-    _say(f"store: {root}")
-    ids = [
-        store.append(key, {"role": "system", "content": "You are a terse assistant."}),
-        store.append(key, {"role": "user", "content": "What is 2 + 2?"}),
-        store.append(key, {"role": "assistant", "content": None,
-                           "tool_calls": [{"id": "call_1", "type": "function",
-                                           "function": {"name": "add", "arguments": "{\"a\":2,\"b\":2}"}}]}),
-        store.append(key, {"role": "tool", "tool_call_id": "call_1", "content": "4"}),
-        store.append(key, {"role": "assistant", "content": "4."}),
-    ]
-    _say(f"appended {len(ids)} messages to session {key!r}; ids are ULIDs, increasing: {ids[0]} .. {ids[-1]}")
-    path = os.path.join(root, key_to_stem(key) + ".jsonl")
-    _say(f"transcript file: {path}")
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            _say("  " + (line.rstrip("\n") if len(line) < 110 else line[:107] + "..."))
-
-    _say("\nsimulating a crash in the middle of an append (a torn tail without its newline)...")
-    with open(path, "ab") as f:
-        f.write(b'{"id":"01ZZZZZZZZZZZZZZZZZZZZZZZZ","role":"assistant","content":"half writ')
-    msgs = store.try_load(key)
-    _say(f"try_load still returns the {len(msgs)} acknowledged messages; the torn tail is an uncommitted write")
-    new_id = store.append(key, {"role": "user", "content": "Thanks!"})
-    _say(f"the next append removed the torn tail first, then wrote {new_id}")
-    with open(path, "rb") as f:
-        ends_clean = f.read().endswith(b"\n")
-    _say(f"now {len(store.try_load(key))} messages; the file ends with a newline again: {ends_clean}")
-
-    _say("\nreverting the last exchange with compare-and-remove: "
-         f"remove_last(expected_id=...) -> {store.remove_last(key, expected_id=new_id)}")
-    _say(f"a stale expected_id changes nothing: {store.remove_last(key, expected_id=new_id)}")
-
-    _say("\nreplacing the conversation and its trim-breadcrumb flag as one crash-atomic unit...")
-    kept = store.try_load(key)[-2:]
-    store.replace_conversation_state(key, [{"role": "system", "content": "[earlier turns trimmed]"}, *kept], True)
-    _say(f"messages: {[m.role for m in store.try_load(key)]}, breadcrumb: {store.get_session_trim_breadcrumb(key)}")
-
-    _say("\ncorrupting a line in the middle (fail closed: a precise error, never an empty history)...")
-    with open(path, "rb") as f:
-        data = f.read().split(b"\n")
-    data[1] = b"{not json"
-    with open(path, "wb") as f:
-        f.write(b"\n".join(data))
+# -- the parser -------------------------------------------------------------------------------
+def _positive_int(text: str) -> int:
     try:
-        store.try_load(key)
-    except SessionStoreError as exc:
-        _say(f"try_load raised {type(exc).__name__}: line {exc.line}, byte offset {exc.offset}")  # type: ignore[attr-defined]
-    _say(f"load (lenient) skips it with a warning: {len(store.load(key))} messages")
-    _say(f"\nfiles in the store: {sorted(os.listdir(root))}")
-    return 0
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0: {text}")
+    return value
+
+
+def _root_help() -> str:
+    text = (f"Store directory: --root DIR, else ${ENV_ROOT}, else the per-user data directory "
+            "(Linux: $XDG_DATA_HOME/jsonl-sessions, default ~/.local/share/jsonl-sessions; macOS: "
+            "~/Library/Application Support/jsonl-sessions; Windows: %LOCALAPPDATA%\\jsonl-sessions).")
+    return textwrap.fill(text, 78, break_on_hyphens=False) + f"\nNow: {resolve_root()}"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jsonl-sessions", description="Crash-safe JSONL session store for AI agents.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS,
+                        help=f"the store directory (now: {resolve_root()})")
+    common.add_argument("--lock-timeout", metavar="SECONDS", type=_seconds, default=argparse.SUPPRESS,
+                        help="how long a write waits for a busy session (default 10)")
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Look inside a jsonl_sessions store: crash-safe JSONL chat sessions for AI agents.",
+        epilog=f"{_root_help()}\n\nExit status: 0 ok, 1 failure or problems found, 2 usage error, 130 "
+               f"interrupted.\n`{PROG} COMMAND --help` describes each command.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", metavar="DIR", default=None, help=f"the store directory (now: {resolve_root()})")
+    parser.add_argument("--lock-timeout", metavar="SECONDS", type=_seconds, default=10.0,
+                        help="how long a write waits for a busy session (default 10)")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    p_demo = sub.add_parser("demo", help="run a guided tour in a temporary store",
-                            description="Create a store in a temp directory, append a short conversation, "
-                            "simulate a torn write and a corrupt line, and show recovery.")
-    p_demo.add_argument("--root", help="directory for the demo store (default: a new temp dir)")
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=description, parents=[common])
+
+    def outputs(p: argparse.ArgumentParser) -> None:
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("--json", action="store_true", help="a JSON array of session objects")
+        group.add_argument("--nl", action="store_true", help="newline-delimited JSON: one session object a line")
+
+    def rendering(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--jsonl", action="store_true", help="raw output: one JSON message a line, as stored")
+        p.add_argument("--width", type=_count, metavar="COLUMNS", default=None,
+                       help="wrap text at this width (default: the terminal's; 0: no wrapping)")
+
+    p = command("ls", "list sessions", "A table of sessions: key, name, messages, size, last activity "
+                "(newest change of transcript or metadata, local time), state. Reads metadata only.")
+    outputs(p)
+    p.add_argument("--sort", choices=sorted(_SORTS), default="key",
+                   help="order (default key; activity, created, messages and size list the largest first)")
+    p.add_argument("-r", "--reverse", action="store_true", help="reverse the order")
+    p.add_argument("--alias", metavar="AGENT", help="only sessions attributed to this agent alias")
+    p.add_argument("--state", choices=("idle", "running", "error", "none"),
+                   help="only sessions in this run state (none: never set)")
+
+    p = command("show", "print a session's messages",
+                "A session's messages, oldest first: role, local time and id on a header line, then the text "
+                "(wrapped). All of them, or with --limit N the N newest (before --before ID / after --after ID).")
+    p.add_argument("key", metavar="KEY", help="the session key")
+    p.add_argument("-n", "--limit", type=_positive_int, metavar="N", help="at most N messages (a page)")
+    cursor = p.add_mutually_exclusive_group()
+    cursor.add_argument("--before", metavar="ID", help="only messages older than this message id (a page cursor)")
+    cursor.add_argument("--after", metavar="ID", help="only messages newer than this message id")
+    rendering(p)
+
+    p = command("tail", "print the newest messages; -f follows new ones",
+                "The newest N messages. With -f, keeps printing messages as they are appended (polling, "
+                "lock-free), also across a truncate, revert or rewrite of the session, until Ctrl-C.")
+    p.add_argument("key", metavar="KEY", help="the session key")
+    p.add_argument("-n", type=_count, default=10, metavar="N", help="how many of the newest to print (default 10)")
+    p.add_argument("-f", "--follow", action="store_true", help="follow appends, like tail -f")
+    p.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
+                   help="how often -f looks for changes (default 1)")
+    p.add_argument("--max-seconds", type=_seconds, default=None, help=argparse.SUPPRESS)  # stop -f (tests)
+    rendering(p)
+
+    p = command("search", "find sessions by keyword",
+                "Sessions whose name or message text contains KEYWORD (case-insensitive), newest activity first.")
+    p.add_argument("keyword", metavar="KEYWORD")
+    p.add_argument("--alias", metavar="AGENT", help="only sessions attributed to this agent alias")
+    p.add_argument("--limit", type=_count, default=50, metavar="N", help="at most N sessions (default 50; 0: all)")
+    outputs(p)
+
+    p = command("verify", "check the store's health (fsck); exit 1 on problems",
+                "Reads every file of the store (or of the sessions KEY...) and reports torn tails, corrupt lines "
+                "(line and byte offset), ids out of order, missing, corrupt, mismatched or orphan sidecars, "
+                "leftover temp files, interrupted writes (pending records, odd counters), permissions other "
+                "than 0600 (0700 for the directory) and symlinks, with how to fix each. Changes nothing. "
+                "Exit status 0 healthy, 1 problems found, 2 usage error.")
+    p.add_argument("keys", nargs="*", metavar="KEY", help="only these sessions (default: the whole store)")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+
+    p = command("repair", "set corrupt lines aside (quarantine) and rewrite a session",
+                "Rewrites the session keeping every line that parses, dropping a torn tail and duplicate "
+                "lines; when it drops a corrupt line it first saves the original bytes in "
+                "<stem>.quarantine-<time>.jsonl.bak next to it. Prints what was kept, set aside, and where.")
+    p.add_argument("key", metavar="KEY", help="the session key")
+
+    p = command("export", "print a session as JSONL",
+                "The session's messages as JSONL on stdout, one message a line (all fields, as stored). "
+                "Refuses a transcript with corrupt lines unless --lenient.")
+    p.add_argument("key", metavar="KEY", help="the session key")
+    p.add_argument("--lenient", action="store_true", help="skip corrupt lines (with a warning) instead of failing")
+
+    p = command("import", "create a session from JSONL or a JSON array of messages",
+                "Reads messages from FILE (- for stdin): JSONL (one message object a line), or a JSON array of "
+                "{role, content, ...} objects as OpenAI-style SDKs produce (or an object with a \"messages\" "
+                "array). Extra fields (tool_calls, tool_call_id, name...) are kept; so are ids and created_at. "
+                "Written in one atomic batch. Refuses an existing session unless --append.")
+    p.add_argument("key", metavar="KEY", help="the session key")
+    p.add_argument("file", metavar="FILE", help="the file to read, or - for stdin")
+    p.add_argument("--append", action="store_true", help="append to the session if it exists")
+    p.add_argument("--new-ids", action="store_true", help="ignore the input's ids; the store assigns new ones")
+
+    p = command("rm", "delete sessions",
+                "Deletes each session (transcript, then sidecar). Refuses a session in state running unless "
+                "--force. Quarantine files are kept.")
+    p.add_argument("keys", nargs="+", metavar="KEY", help="the session keys")
+    p.add_argument("-f", "--force", action="store_true", help="also remove running sessions; ignore missing ones")
+
+    p = command("stats", "totals for the store",
+                "Sessions (by state), messages, bytes, torn tails, leftover temp files, orphan sidecars and "
+                "quarantine files. Cheap: metadata, file stats and one byte per transcript; corrupt lines need "
+                "a full read, which is `verify`.")
+    p.add_argument("--json", action="store_true", help="as JSON")
+
+    p = command("demo", "a guided tour in a temporary store",
+                "Builds a store in a new temporary directory (or --root DIR, which must hold no sessions; "
+                f"${ENV_ROOT} is not used), holds a short agent conversation, forks and reverts it, simulates a "
+                "crash that tears a write and a corrupt line, shows recovery, verify and repair, and prints "
+                "where the files are.")
+    p.add_argument("--width", type=_count, metavar="COLUMNS", default=None, help=argparse.SUPPRESS)
     return parser
 
 
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+# -- entry point ---------------------------------------------------------------------------
+class _WarningsToStderr(logging.Handler):
+    """Library warnings as one ``jsonl-sessions: warning: ...`` line each, each once (a
+    following ``tail -f`` would otherwise repeat the same one every poll)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if text not in self.seen:
+            self.seen.add(text)
+            _err(f"warning: {text}")
+
+
+_installed: list[_WarningsToStderr] = []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        if args.command == "demo":
-            return demo(args.root)
-        parser.print_help()
-        return 2
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error argparse already printed
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    handler = None
+    if not _installed:  # the demo runs commands through main(): one handler for all
+        handler = _WarningsToStderr()
+        _installed.append(handler)
+        _LOGGER.addHandler(handler)
+    try:
+        return _HANDLERS[args.command](args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # e.g. piped into `head`: stop quietly
+        _silence_stdout()
+        return EXIT_FAILURE
+    except (UsageError, InvalidSessionKeyError) as exc:
+        _err(f"error: {exc}")
+        return EXIT_USAGE
+    except CorruptTranscriptError as exc:
+        _err(f"error: {exc}; `{PROG} repair {shlex.quote(exc.key or '')}` sets corrupt lines aside")
+        return EXIT_FAILURE
+    except LockTimeoutError as exc:
+        _err(f"error: {exc}; try again, or raise --lock-timeout")
+        return EXIT_FAILURE
+    except (SessionStoreError, CliError) as exc:
+        _err(f"error: {exc}")
+        return EXIT_FAILURE
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        _err(f"error: {exc.strerror or exc}{where}")
+        return EXIT_FAILURE
+    finally:
+        if handler is not None:
+            _LOGGER.removeHandler(handler)
+            _installed.clear()
+
+
+def _silence_stdout() -> None:
+    """After EPIPE: point stdout at devnull so the interpreter's final flush stays quiet."""
+    try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 1
-    except SessionStoreError as exc:
-        print(f"jsonl-sessions: error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"jsonl-sessions: error: {exc}", file=sys.stderr)
-        return 1
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
+
+
+__all__ = ["COMMANDS", "build_parser", "default_root", "main", "resolve_root"]

@@ -1,0 +1,128 @@
+"""``jsonl-sessions demo``: a guided tour in a temporary store.
+
+A short agent conversation, a fork (``copy_messages``) and a revert
+(``truncate_messages``), a simulated crash that tears an append, a corrupt line caught
+precisely, ``verify`` and ``repair`` run for real on the demo store, and where the files
+are. The store is left in place so the other commands can be tried on it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+import sys
+import tempfile
+
+from ._cli_format import render_message, terminal_width
+from .errors import CorruptTranscriptError
+from .keys import key_to_stem
+from .store import SessionStore
+
+CHAT = "demo/chat"
+FORK = "demo/what-if"
+
+
+def _say(text: str = "") -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _section(title: str) -> None:
+    _say()
+    _say(f"== {title}")
+
+
+def _run(root: str, *argv: str) -> int:
+    """Run a real ``jsonl-sessions`` command on the demo store, showing its command line."""
+    from .cli import main
+
+    _say(f"$ jsonl-sessions {' '.join(shlex.quote(a) for a in argv)}")
+    sys.stdout.flush()
+    status = main(["--root", root, *argv])
+    sys.stdout.flush()
+    _say(f"(exit status {status})")
+    return status
+
+
+def run_demo(root: str | None, width: int | None) -> int:
+    from ._cli_commands import CliError
+
+    columns = terminal_width() if width is None else width
+    if root is None:
+        root = tempfile.mkdtemp(prefix="jsonl-sessions-demo-")
+    root = os.path.abspath(root)
+    store = SessionStore(root)
+    if store.list_sessions():
+        raise CliError(f"{root} already holds sessions; the demo needs a new or empty directory")
+    _say(f"jsonl-sessions demo: a store in {root}")
+
+    _section("1. An agent conversation: each append is one write of one line, fsynced before it returns")
+    ids = [
+        store.append(CHAT, {"role": "system", "content": "You are a terse assistant with a calculator."}),
+        store.append(CHAT, {"role": "user", "content": "What is 2 + 2?"}),
+        store.append(CHAT, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{\"a\":2,\"b\":2}"}}]}),
+        store.append(CHAT, {"role": "tool", "tool_call_id": "call_1", "content": "4"}),
+        store.append(CHAT, {"role": "assistant", "content": "4."}),
+    ]
+    _say("\n\n".join(render_message(m, columns) for m in store.try_load(CHAT)))
+    path = os.path.join(root, key_to_stem(CHAT) + ".jsonl")
+    _say(f"\nids are ULIDs, strictly increasing: {ids[0]} .. {ids[-1]}")
+    _say(f"the transcript is plain JSONL, one message a line: {path}")
+    with open(path, encoding="utf-8") as f:
+        for line in list(f)[:2]:
+            line = line.rstrip("\n")
+            _say("  " + (line if len(line) <= columns - 2 else line[: max(columns - 5, 20)] + "..."))
+
+    _section("2. Fork and revert")
+    point = store.copy_messages(CHAT, FORK, up_to_message_id=ids[1])
+    store.append(FORK, {"role": "assistant", "content": "Four, without a tool."})
+    meta = store.get_session_metadata(FORK)
+    assert meta is not None
+    _say(f"copy_messages({CHAT!r}, {FORK!r}, up_to_message_id=<the question>) forked at {point}")
+    _say(f"the fork answers differently and now has {meta.message_count} messages; "
+         f"its sidecar records parent={meta.parent!r}, fork_point={meta.fork_point!r}")
+    follow_up = [store.append(CHAT, {"role": "user", "content": "And 3 + 3?"}),
+                 store.append(CHAT, {"role": "assistant", "content": "7."})]
+    removed = store.truncate_messages(CHAT, ids[-1])
+    _say(f"a wrong answer on {CHAT!r} ({follow_up[-1]}) is reverted: "
+         f"truncate_messages({CHAT!r}, <the last good id>) removed {removed} messages; "
+         f"{len(store.try_load(CHAT))} remain")
+
+    _section("3. A crash in the middle of an append (a torn tail: bytes without their newline)")
+    with open(path, "ab") as f:
+        f.write(b'{"id":"01ZZZZZZZZZZZZZZZZZZZZZZZZ","role":"assistant","content":"half writ')
+    _say(f"try_load still returns the {len(store.try_load(CHAT))} acknowledged messages: "
+         "a torn tail is an uncommitted write, never a message")
+    _run(root, "verify", CHAT)
+    new_id = store.append(CHAT, {"role": "user", "content": "Thanks!"})
+    with open(path, "rb") as f:
+        clean_end = f.read().endswith(b"\n")
+    _say(f"the next append removed the torn tail first, then wrote {new_id}; "
+         f"{len(store.try_load(CHAT))} messages; the file ends with a newline again: {clean_end}")
+
+    _section("4. A corrupt line in the middle of a transcript (fail closed: a precise error, never [])")
+    fork_path = os.path.join(root, key_to_stem(FORK) + ".jsonl")
+    with open(fork_path, "rb") as f:
+        lines = f.read().split(b"\n")
+    lines[1] = b"{not json"
+    with open(fork_path, "wb") as f:
+        f.write(b"\n".join(lines))
+    try:
+        store.try_load(FORK)
+    except CorruptTranscriptError as exc:
+        _say(f"try_load raised CorruptTranscriptError: line {exc.line}, byte offset {exc.offset}")
+    _say(f"load (lenient) skips it with a logged warning: {len(store.load(FORK))} messages")
+    _run(root, "verify")
+    _run(root, "repair", FORK)
+    _run(root, "verify")
+
+    _section("5. The files")
+    for name in sorted(os.listdir(root)):
+        st = os.lstat(os.path.join(root, name))
+        _say(f"  {stat.filemode(st.st_mode)}  {st.st_size:>6}  {name}")
+    _say(f"\n{root} is kept; try:")
+    for argv in (["ls"], ["show", CHAT], ["tail", "-n", "2", CHAT], ["verify"]):
+        _say(f"  jsonl-sessions --root {shlex.quote(root)} {' '.join(shlex.quote(a) for a in argv)}")
+    return 0

@@ -1,0 +1,207 @@
+"""Rendering for the ``jsonl-sessions`` command: messages, tables, sizes, times.
+
+Everything printed for people goes through :func:`clean`, which makes control characters
+visible (``\\x1b`` and friends), so a message holding terminal escape sequences cannot
+repaint or hijack the terminal that shows it. Machine outputs (``--json``, ``--nl``,
+``--jsonl``, ``export``) are JSON, written by orjson.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import orjson
+
+from .types import ChatMessage, SessionMetadata
+
+#: C0 controls but newline and tab, DEL, and C1 controls (0x80-0x9f: 0x9b is a CSI).
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c not in (0x09, 0x0A)}
+_CONTROLS_ONE_LINE = {**_CONTROLS, 0x0A: "\\n", 0x09: "\\t"}
+INDENT = "    "
+
+
+def clean(text: str, *, one_line: bool = False) -> str:
+    """``text`` with control characters shown as ``\\xNN`` (with ``one_line``, newlines and
+    tabs as ``\\n`` / ``\\t`` too). Lone surrogates become ``\\udxxx``."""
+    out = text.translate(_CONTROLS_ONE_LINE if one_line else _CONTROLS)
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:
+        out = out.encode("utf-8", "backslashreplace").decode("utf-8")
+    return out
+
+
+def short(text: str, width: int) -> str:
+    """``text`` on one line, cut to ``width`` characters with ``...``."""
+    text = clean(text, one_line=True)
+    return text if len(text) <= width else text[: max(width - 3, 1)] + "..."
+
+
+def size(n: int) -> str:
+    """Bytes for people: ``812 B``, ``4.2 KiB``, ``1.3 MiB``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover - the loop always returns
+
+
+def when(value: datetime | int | None) -> str:
+    """Local time ``YYYY-MM-DD HH:MM:SS`` of a datetime or of milliseconds since the epoch."""
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        try:
+            value = datetime.fromtimestamp(value / 1000, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            return f"{value} ms"
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def iso(value: datetime | None) -> str | None:
+    """UTC ISO-8601 with milliseconds (``2026-01-02T13:45:10.123Z``), for JSON output."""
+    if value is None:
+        return None
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def terminal_width(default: int = 100) -> int:
+    return max(shutil.get_terminal_size((default, 24)).columns, 40)
+
+
+# -- messages ---------------------------------------------------------------------------
+def message_header(m: ChatMessage) -> str:
+    parts = [clean(m.role, one_line=True)]
+    name = m.extra.get("name")
+    if isinstance(name, str):
+        parts[0] += f" ({short(name, 40)})"
+    if m.kind != "message":
+        parts.append(f"[{short(m.kind, 30)}]")
+    parts.append(when(m.created_at))
+    parts.append(clean(m.id, one_line=True) or "(no id)")
+    call = m.extra.get("tool_call_id")
+    if isinstance(call, str):
+        parts.append(f"result of {short(call, 60)}")
+    return "  ".join(parts)
+
+
+def _content_texts(content: Any) -> list[str]:
+    """The readable pieces of a message's content: strings as they are, text parts by
+    their text, anything else as compact JSON."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, dict):
+        if isinstance(content.get("text"), str):
+            return [content["text"]]
+        return [_json(content)]
+    if isinstance(content, list):
+        out: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                out.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                out.append(part["text"])
+            elif isinstance(part, dict) and isinstance(part.get("type"), str):
+                out.append(f"[{part['type']}] {_json({k: v for k, v in part.items() if k != 'type'})}")
+            else:
+                out.append(_json(part))
+        return out
+    return [_json(content)]
+
+
+def _json(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode("utf-8")
+    except TypeError:
+        return repr(value)
+
+
+def _tool_calls(m: ChatMessage) -> list[str]:
+    calls = m.extra.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    out = []
+    for call in calls:
+        if not isinstance(call, dict):
+            out.append(f"-> {_json(call)}")
+            continue
+        function = call.get("function")
+        fn: dict[str, Any] = function if isinstance(function, dict) else call
+        name = fn.get("name") if isinstance(fn.get("name"), str) else "?"
+        args = fn.get("arguments", fn.get("input", ""))
+        args_text = args if isinstance(args, str) else _json(args)
+        ident = f"  [{call['id']}]" if isinstance(call.get("id"), str) else ""
+        out.append(f"-> {name}({args_text}){ident}")
+    return out
+
+
+def render_message(m: ChatMessage, width: int) -> str:
+    """A message for people: a header line (role, kind, local time, id, tool-call link),
+    then the text indented and wrapped to ``width`` columns (0: no wrapping)."""
+    lines = [message_header(m)]
+    body: list[str] = []
+    for text in [*_content_texts(m.content), *_tool_calls(m)]:
+        for raw in clean(text).split("\n"):
+            if width and len(raw) + len(INDENT) > width:
+                body.extend(textwrap.wrap(raw, width, initial_indent=INDENT, subsequent_indent=INDENT,
+                                          break_on_hyphens=False, drop_whitespace=True) or [INDENT])
+            else:
+                body.append((INDENT + raw).rstrip())
+    lines.extend(body or [INDENT + "(no content)"])
+    return "\n".join(lines)
+
+
+def message_json(m: ChatMessage) -> bytes:
+    """One message as one JSON line (without newline), fields in transcript-line order."""
+    return orjson.dumps(m.to_dict())
+
+
+# -- session tables ---------------------------------------------------------------------
+COLUMNS = ("KEY", "NAME", "MESSAGES", "SIZE", "LAST ACTIVITY", "STATE")
+
+
+def metadata_row(md: SessionMetadata) -> list[str]:
+    state = md.state or "-"
+    if md.state == "running" and md.turn_id:
+        state += f" ({short(md.turn_id, 20)})"
+    return [short(md.key, 60), short(md.name, 30) if md.name else "-", str(md.message_count),
+            size(md.size_bytes), when(md.updated_at), state]
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]], numeric: Iterable[int] = ()) -> list[str]:
+    """Rows as aligned text columns (two spaces apart; ``numeric`` columns right-aligned)."""
+    rows = [list(r) for r in rows]
+    widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(len(header))]
+    right = set(numeric)
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
+
+
+def metadata_json(md: SessionMetadata) -> dict[str, Any]:
+    """A session's metadata as a JSON object (times as UTC ISO-8601 strings)."""
+    return {
+        "key": md.key,
+        "name": md.name,
+        "agent_alias": md.agent_alias,
+        "principal_id": md.principal_id,
+        "state": md.state,
+        "turn_id": md.turn_id,
+        "created_at": iso(md.created_at),
+        "updated_at": iso(md.updated_at),
+        "message_count": md.message_count,
+        "size_bytes": md.size_bytes,
+        "trim_breadcrumb": md.trim_breadcrumb,
+        "context": md.context,
+        "parent": md.parent,
+        "fork_point": md.fork_point,
+    }

@@ -1,0 +1,574 @@
+"""``jsonl-sessions verify``: a read-only health check (fsck) of a store directory.
+
+It reads the files directly, following docs/format.md, and changes nothing: no store is
+opened (opening one removes leftover temp files and completes interrupted writes, which
+would hide what this reports), no recovery runs, no guard is taken. To tell a crashed
+writer's leftovers from a write in progress it probes a session's lock for a moment
+(non-blocking ``flock``, released at once); what a live writer holds is a note, not a
+problem.
+
+Problems (exit status 1): torn tails, corrupt lines (1-based line number and byte offset),
+ids that do not strictly increase, missing / corrupt / mismatched sidecars, orphan
+sidecars, leftover temp files, pending roll-forward records and odd sequence counters,
+files that are not mode 0600 (root not 0700), symlinks and non-regular files where the
+store keeps its files, unreadable files. Notes (no effect on the status): quarantine
+files, a byte-order mark, files that are not the store's, writes in progress.
+
+Cost: every transcript is streamed once (1 MiB blocks, each line decoded, nothing kept),
+so O(total bytes) time and O(longest line) memory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from . import _platform, codec, sidecar
+from ._cli_format import size as fmt_size
+from .core import LOCK_SUFFIX, SIDECAR_SUFFIX, TMP_SUFFIX, TRANSCRIPT_SUFFIX
+from .errors import CorruptMetadataError, SessionStoreError
+from .keys import hashed_stem_matches, is_hashed, key_to_stem, stem_to_key
+from .locks import RECORD_OFFSET, parse_record, read_control
+from .metadata import QUARANTINE_MARK, QUARANTINE_SUFFIX
+from .transcript import BOM
+
+BLOCK = 1 << 20
+#: At most this many findings of one kind are listed per file; the rest are counted.
+MAX_PER_FILE = 20
+#: The progress bar appears (on a terminal) from this many sessions on.
+PROGRESS_MIN_SESSIONS = 50
+_HASHED = re.compile(r"~[0-9a-f]{32}$")
+_SETTLE_SECONDS = 0.3  # how long a changing file or an odd counter is re-read before reporting
+
+LABELS = {
+    "torn-tail": "torn tail",
+    "corrupt-line": "corrupt line",
+    "id-order": "id out of order",
+    "missing-sidecar": "missing sidecar",
+    "corrupt-sidecar": "corrupt sidecar",
+    "key-mismatch": "sidecar key mismatch",
+    "orphan-sidecar": "orphan sidecar",
+    "unknown-key": "unknown key",
+    "temp-file": "leftover temp file",
+    "pending-record": "pending roll-forward record",
+    "odd-counter": "odd sequence counter",
+    "permissions": "permissions",
+    "symlink": "symlink",
+    "not-regular": "not a regular file",
+    "unreadable": "unreadable",
+    "missing-session": "no such session",
+    "quarantine": "quarantine file",
+    "bom": "byte-order mark",
+    "foreign": "not the store's",
+    "busy": "write in progress",
+}
+
+HINTS = {
+    "torn-tail": "an append that never completed (a crash mid-write): reads ignore it and the next write to "
+                 "the session removes it; `jsonl-sessions repair KEY` removes it now",
+    "corrupt-line": "`jsonl-sessions repair KEY` keeps every line that parses, after saving the original bytes "
+                    "in a quarantine file next to the transcript",
+    "id-order": "ids must strictly increase down the file (lookups by id binary-search them): "
+                "`jsonl-sessions repair KEY` drops exact duplicates and sets conflicting ones aside; for other "
+                "disorder, export the session, fix the ids and import it with --new-ids",
+    "missing-sidecar": "the messages are intact (the transcript is the truth); the next metadata write recreates "
+                       "the sidecar, but a long key (a file name with ~) is lost without it",
+    "corrupt-sidecar": "metadata writes refuse until it is fixed; messages are unaffected: fix the JSON, or "
+                       "delete the file (name, state and attribution are lost; the session keeps loading)",
+    "key-mismatch": "the sidecar describes another key (copied or renamed by hand): fix its \"key\" or delete it",
+    "orphan-sidecar": "left by an interrupted create or delete: the next create or delete of that key, or "
+                      "cleanup_stale, removes it; safe to delete",
+    "unknown-key": "a long key lives only in its sidecar: without a readable one the session is invisible "
+                   "to `ls` (its messages are in the file)",
+    "temp-file": "left by an interrupted atomic replace: the original is intact; the next command that opens "
+                 "the store (e.g. `jsonl-sessions ls`) removes it; safe to delete",
+    "pending-record": "a committed multi-step write whose process died: the next access to the session "
+                      "(e.g. `jsonl-sessions repair KEY`) completes it",
+    "odd-counter": "an in-place write whose process died: the next access to the session "
+                   "(e.g. `jsonl-sessions repair KEY`) settles it",
+    "permissions": "`chmod 600 FILE` (`chmod 700` for the store directory): sessions may hold private "
+                   "conversations",
+    "symlink": "the store never follows symlinks, so that session is unreadable: replace the link with the file",
+    "not-regular": "the store only uses regular files under these names: move it away",
+    "unreadable": "check the file's owner and permissions",
+    "missing-session": "check the key with `jsonl-sessions ls`",
+}
+
+
+@dataclass
+class Finding:
+    """One thing verify found: a problem (exit status 1) or a note."""
+
+    kind: str
+    file: str  # the name inside root; "" for root itself
+    message: str
+    key: str | None = None
+    line: int | None = None
+    offset: int | None = None
+    problem: bool = True
+
+    def location(self, root: str) -> str:
+        where = self.file or root
+        return f"{where}:{self.line}" if self.line is not None else where
+
+    def to_json(self, root: str) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "file": self.file,
+            "path": os.path.join(root, self.file) if self.file else root,
+            "key": self.key,
+            "line": self.line,
+            "offset": self.offset,
+            "message": self.message,
+            "hint": HINTS.get(self.kind) if self.problem else None,
+        }
+
+
+@dataclass
+class Report:
+    root: str
+    sessions: int = 0
+    messages: int = 0
+    bytes: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[Finding]:
+        return [f for f in self.findings if f.problem]
+
+    @property
+    def notes(self) -> list[Finding]:
+        return [f for f in self.findings if not f.problem]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": self.root,
+            "ok": self.ok,
+            "sessions": self.sessions,
+            "messages": self.messages,
+            "bytes": self.bytes,
+            "problems": [f.to_json(self.root) for f in self.problems],
+            "notes": [f.to_json(self.root) for f in self.notes],
+        }
+
+    def render(self) -> list[str]:
+        """The report for people: one line per finding (``file:line: kind: what``), a
+        summary, and how to fix each kind of problem found."""
+        lines = []
+        for f in self.problems + self.notes:
+            label = LABELS.get(f.kind, f.kind) if f.problem else "note: " + LABELS.get(f.kind, f.kind)
+            about = f" (session {f.key!r})" if f.key is not None else ""
+            lines.append(f"{f.location(self.root)}: {label}: {f.message}{about}")
+        checked = (f"{self.sessions} session{'s' if self.sessions != 1 else ''}, "
+                   f"{self.messages} message{'s' if self.messages != 1 else ''}, {fmt_size(self.bytes)}")
+        if self.ok:
+            lines.append(f"ok: {checked} in {self.root}; no problems")
+            return lines
+        kinds = Counter(f.kind for f in self.problems)
+        counts = ", ".join(f"{n} {LABELS.get(k, k)}" for k, n in kinds.items())
+        total = len(self.problems)
+        lines.append(f"{total} problem{'s' if total != 1 else ''} ({counts}) in {self.root}; checked {checked}")
+        lines.append("to fix:")
+        lines.extend(f"  {LABELS.get(k, k)}: {HINTS[k]}" for k in kinds if k in HINTS)
+        return lines
+
+
+class Progress:
+    """A one-line progress bar on a terminal (stderr); silent when not a terminal or for
+    few sessions. Redrawn at most ten times a second, erased when done."""
+
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.total = total
+        self.done = 0
+        self._last = 0.0
+        try:
+            tty = self.stream.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        self.active = tty and total >= PROGRESS_MIN_SESSIONS
+
+    def step(self) -> None:
+        self.done += 1
+        if not self.active:
+            return
+        now = time.monotonic()
+        if now - self._last < 0.1 and self.done < self.total:
+            return
+        self._last = now
+        filled = 30 * self.done // max(self.total, 1)
+        self.stream.write(f"\rverify [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} sessions")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.active:
+            self.stream.write("\r" + " " * 70 + "\r")
+            self.stream.flush()
+
+
+# -- the directory ------------------------------------------------------------------------
+@dataclass
+class _Entry:
+    name: str
+    st: os.stat_result
+
+
+@dataclass
+class _Stem:
+    transcript: _Entry | None = None
+    sidecar: _Entry | None = None
+    lock: _Entry | None = None
+    temps: list[_Entry] = field(default_factory=list)
+    quarantine: list[_Entry] = field(default_factory=list)
+
+
+def _classify(name: str) -> tuple[str, str] | None:
+    """(role, stem) for a name the store uses, None for anything else."""
+    if name.startswith("."):
+        if name.endswith(TMP_SUFFIX):
+            for suffix in (TRANSCRIPT_SUFFIX, SIDECAR_SUFFIX):
+                if name.endswith(suffix + TMP_SUFFIX):
+                    return "temp", name[1 : -len(suffix + TMP_SUFFIX)]
+            return "temp", ""
+        return None
+    if name.endswith(QUARANTINE_SUFFIX) and QUARANTINE_MARK in name:
+        return "quarantine", name.split(QUARANTINE_MARK, 1)[0]
+    for role, suffix in (("transcript", TRANSCRIPT_SUFFIX), ("sidecar", SIDECAR_SUFFIX), ("lock", LOCK_SUFFIX)):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return role, name[: -len(suffix)]
+    return None
+
+
+def verify(root: str, keys: Sequence[str] | None = None, *, progress_stream: TextIO | None = None) -> Report:
+    """Check the store at ``root`` (all of it, or only the sessions ``keys``). Raises
+    InvalidSessionKeyError for a bad key and OSError when root cannot be listed."""
+    root = os.path.abspath(root)
+    report = Report(root)
+    wanted = None if keys is None else {key_to_stem(k): k for k in keys}
+    if not _platform.IS_WINDOWS:
+        mode = stat.S_IMODE(os.stat(root).st_mode)
+        if mode != 0o700:
+            report.findings.append(Finding("permissions", "", f"the store directory has mode {mode:04o}, expected 0700"))
+    stems: dict[str, _Stem] = {}
+    with os.scandir(root) as entries:
+        for entry in entries:
+            role_stem = _classify(entry.name)
+            if role_stem is None:
+                if wanted is None:
+                    report.findings.append(Finding("foreign", entry.name, "ignored by the store", problem=False))
+                continue
+            role, stem = role_stem
+            if wanted is not None and stem not in wanted:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            e = _Entry(entry.name, st)
+            if role != "temp" and not _canonical(stem):
+                if wanted is None:
+                    report.findings.append(Finding("foreign", entry.name, "not a name the store makes (ignored)",
+                                                   problem=False))
+                continue
+            if not _plain_file(report, e):
+                continue
+            slot = stems.setdefault(stem, _Stem())
+            if role == "temp":
+                slot.temps.append(e)
+            elif role == "quarantine":
+                slot.quarantine.append(e)
+            else:
+                setattr(slot, role, e)
+    for stem, key in (wanted or {}).items():
+        found = stems.get(stem)
+        if found is None or (found.transcript is None and found.sidecar is None):
+            report.findings.append(Finding("missing-session", stem + TRANSCRIPT_SUFFIX, "the session does not exist",
+                                           key=key))
+    bar = Progress(sum(1 for s in stems.values() if s.transcript), progress_stream)
+    try:
+        for stem in sorted(stems):
+            _check_stem(report, root, stem, stems[stem], bar)
+    finally:
+        bar.finish()
+    report.findings.sort(key=lambda f: (not f.problem, f.file, f.line or 0))
+    return report
+
+
+def _canonical(stem: str) -> bool:
+    """Whether ``stem`` is one the store makes (a key's stem, or a long key's hashed stem)."""
+    if _HASHED.search(stem):
+        return True
+    return stem_to_key(stem) is not None
+
+
+def _plain_file(report: Report, e: _Entry) -> bool:
+    """Report a symlink, a non-regular file, or a mode other than 0600; True when it is a
+    regular file (mode problems aside) that can be checked further."""
+    if stat.S_ISLNK(e.st.st_mode):
+        report.findings.append(Finding("symlink", e.name, "a symlink where the store keeps its files "
+                                       "(never followed)"))
+        return False
+    if not stat.S_ISREG(e.st.st_mode):
+        report.findings.append(Finding("not-regular", e.name, "not a regular file"))
+        return False
+    mode = stat.S_IMODE(e.st.st_mode)
+    if not _platform.IS_WINDOWS and mode != 0o600:
+        report.findings.append(Finding("permissions", e.name, f"mode {mode:04o}, expected 0600"))
+    return True
+
+
+def _lock_busy(root: str, stem: str) -> bool:
+    """Whether another process (or store) holds the session's lock right now. Probes with a
+    non-blocking flock that is released at once; never waits, never creates the file."""
+    if not stem:
+        return False
+    try:
+        fd = _platform.open_file(os.path.join(root, stem + LOCK_SUFFIX), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        if _platform.try_lock(fd):
+            _platform.unlock(fd)
+            return False
+        return True
+    except OSError:
+        return False
+    finally:
+        _platform.close(fd)
+
+
+def _key_of(stem: str, meta: dict[str, Any] | None) -> str | None:
+    if not is_hashed(stem):
+        return stem_to_key(stem)
+    key = sidecar.text(meta, "key")
+    return key if key is not None and hashed_stem_matches(stem, key) else None
+
+
+def _check_stem(report: Report, root: str, stem: str, s: _Stem, bar: Progress) -> None:
+    meta: dict[str, Any] | None = None
+    meta_error: str | None = None
+    if s.sidecar is not None:
+        try:
+            meta = sidecar.read(os.path.join(root, s.sidecar.name))
+        except CorruptMetadataError as exc:
+            meta_error = exc.reason or str(exc)
+        except OSError as exc:
+            meta_error = exc.strerror or str(exc)
+            report.findings.append(Finding("unreadable", s.sidecar.name, meta_error))
+            meta_error = None
+    key = _key_of(stem, meta)
+    if s.transcript is not None:
+        _check_transcript(report, root, stem, s.transcript, key)
+        report.sessions += 1
+        if s.sidecar is None:
+            report.findings.append(Finding("missing-sidecar", s.transcript.name, f"no {stem}{SIDECAR_SUFFIX} "
+                                           "next to the transcript", key=key))
+        if key is None:
+            report.findings.append(Finding("unknown-key", s.transcript.name, "the session's key (a long one, "
+                                           "hashed in the file name) cannot be read from its sidecar"))
+        bar.step()
+    if s.sidecar is not None:
+        _check_sidecar(report, root, stem, s, meta, meta_error, key)
+    if s.lock is not None:
+        _check_lock(report, root, stem, s.lock, key)
+    for temp in s.temps:
+        if _lock_busy(root, stem):
+            report.findings.append(Finding("busy", temp.name, "temp file of a write in progress", key=key,
+                                           problem=False))
+        else:
+            report.findings.append(Finding("temp-file", temp.name, f"{fmt_size(temp.st.st_size)} left by an "
+                                           "interrupted write", key=key))
+    for q in s.quarantine:
+        report.findings.append(Finding("quarantine", q.name, f"original bytes saved by a repair "
+                                       f"({fmt_size(q.st.st_size)}); delete it when no longer needed",
+                                       key=key, problem=False))
+
+
+def _check_sidecar(report: Report, root: str, stem: str, s: _Stem, meta: dict[str, Any] | None,
+                   meta_error: str | None, key: str | None) -> None:
+    assert s.sidecar is not None
+    name = s.sidecar.name
+    if s.transcript is None and not os.path.lexists(os.path.join(root, stem + TRANSCRIPT_SUFFIX)):
+        if _lock_busy(root, stem):
+            report.findings.append(Finding("busy", name, "sidecar of a session being created or deleted", key=key,
+                                           problem=False))
+        else:
+            report.findings.append(Finding("orphan-sidecar", name, "a sidecar without a transcript (not a session)",
+                                           key=key))
+        return
+    if meta_error is not None:
+        report.findings.append(Finding("corrupt-sidecar", name, meta_error, key=key))
+        return
+    if meta is None:
+        return
+    written = sidecar.text(meta, "key")
+    named = stem_to_key(stem)
+    if not is_hashed(stem) and written != named:
+        report.findings.append(Finding("key-mismatch", name, f"holds key {written!r}, the file name says "
+                                       f"{named!r}", key=named))
+    elif is_hashed(stem) and key is None:
+        report.findings.append(Finding("key-mismatch", name, f"holds key {written!r}, which does not hash to "
+                                       "this file name"))
+
+
+def _check_lock(report: Report, root: str, stem: str, lock: _Entry, key: str | None) -> None:
+    path = os.path.join(root, lock.name)
+    deadline = time.monotonic() + _SETTLE_SECONDS
+    while True:
+        try:
+            control = read_control(path)
+        except (OSError, SessionStoreError) as exc:
+            report.findings.append(Finding("unreadable", lock.name, str(exc), key=key))
+            return
+        odd = bool(control.seq & 1)
+        if not odd and not control.pending:
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    if _lock_busy(root, stem):
+        report.findings.append(Finding("busy", lock.name, "a write is in progress", key=key, problem=False))
+        return
+    if control.pending:
+        try:
+            fd = _platform.open_file(path, os.O_RDONLY)
+            try:
+                raw = _platform.pread(fd, 1 << 20, RECORD_OFFSET)
+            finally:
+                _platform.close(fd)
+        except OSError:
+            raw = b""
+        record = parse_record(raw)
+        what = (f"a committed {record.get('op')!r} record whose writer died (rolled forward by the next access)"
+                if record is not None else "an uncommitted (torn) record (dropped by the next access)")
+        report.findings.append(Finding("pending-record", lock.name, what, key=key, offset=RECORD_OFFSET))
+    if odd:
+        report.findings.append(Finding("odd-counter", lock.name, f"sequence counter {control.seq} is odd: an "
+                                       "in-place write did not finish", key=key, offset=8))
+
+
+# -- transcripts --------------------------------------------------------------------------
+@dataclass
+class _Scan:
+    size: int
+    ino: int
+    messages: int = 0
+    committed: int = 0
+    bom: bool = False
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _lines(fd: int, size: int, scan: _Scan) -> Iterator[tuple[int, bytes]]:
+    """(offset, line) for each complete line of the first ``size`` bytes, read in blocks;
+    sets ``scan.committed`` (the end of the last complete line) and ``scan.bom``."""
+    pos = 0  # where the next block starts
+    line_start = 0  # where the line being assembled starts
+    parts: list[bytes] = []  # its bytes from earlier blocks
+    while pos < size:
+        chunk = _platform.pread(fd, min(BLOCK, size - pos), pos)
+        if not chunk:
+            break
+        base = pos
+        pos += len(chunk)
+        start = 0
+        if base == 0 and chunk.startswith(BOM):
+            scan.bom = True
+            start = line_start = len(BOM)
+        while True:
+            nl = chunk.find(b"\n", start)
+            if nl == -1:
+                break
+            if parts:
+                line = b"".join(parts) + chunk[start:nl]
+                parts = []
+            else:
+                line = chunk[start:nl]
+            yield line_start, line
+            start = nl + 1
+            line_start = scan.committed = base + start
+        if start < len(chunk):
+            parts.append(chunk[start:])
+
+
+def _scan(path: str, name: str, key: str | None) -> _Scan:
+    fd = _platform.open_file(path, os.O_RDONLY)
+    try:
+        st = _platform.fstat(fd)
+        scan = _Scan(st.st_size, st.st_ino)
+        bad = disorder = 0
+        prev_id: str | None = None
+        for number, (offset, line) in enumerate(_lines(fd, st.st_size, scan), 1):
+            try:
+                record = codec.decode_record(line)
+            except ValueError as exc:
+                bad += 1
+                if bad <= MAX_PER_FILE:
+                    scan.findings.append(Finding("corrupt-line", name, f"byte offset {offset}: "
+                                                 f"{str(exc) or type(exc).__name__}", key, number, offset))
+                continue
+            scan.messages += 1
+            mid = record.get("id") or ""
+            if mid:
+                if prev_id is not None and mid <= prev_id:
+                    disorder += 1
+                    if disorder <= MAX_PER_FILE:
+                        how = "repeats" if mid == prev_id else "is below"
+                        scan.findings.append(Finding("id-order", name, f"byte offset {offset}: id {mid!r} {how} "
+                                                     f"the previous id {prev_id!r}", key, number, offset))
+                prev_id = mid
+        if bad > MAX_PER_FILE:
+            scan.findings.append(Finding("corrupt-line", name, f"and {bad - MAX_PER_FILE} more corrupt lines", key))
+        if disorder > MAX_PER_FILE:
+            scan.findings.append(Finding("id-order", name, f"and {disorder - MAX_PER_FILE} more ids out of order",
+                                         key))
+        torn = scan.size - scan.committed
+        if torn and not (scan.bom and scan.size == len(BOM)):
+            tail = _platform.pread(fd, min(torn, 4096), scan.committed)
+            what = "NUL bytes (as a power loss leaves)" if not tail.strip(b"\0") else "bytes"
+            scan.findings.append(Finding("torn-tail", name, f"{torn} {what} after byte offset {scan.committed} "
+                                         "without a final newline", key, offset=scan.committed))
+        return scan
+    finally:
+        _platform.close(fd)
+
+
+def _check_transcript(report: Report, root: str, stem: str, entry: _Entry, key: str | None) -> None:
+    """Stream the transcript and check every line, in a state no in-place write overlapped
+    (the control file's counter even and unchanged around the read; a torn tail or a file
+    that grew meanwhile is read again for a moment, so an append in progress is not
+    reported as damage)."""
+    path = os.path.join(root, entry.name)
+    lock_path = os.path.join(root, stem + LOCK_SUFFIX)
+    deadline = time.monotonic() + _SETTLE_SECONDS
+    while True:
+        try:
+            before = read_control(lock_path).seq
+            scan = _scan(path, entry.name, key)
+            after = read_control(lock_path).seq
+            now = os.lstat(path)
+        except (OSError, SessionStoreError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            report.findings.append(Finding("unreadable", entry.name, reason, key=key))
+            return
+        settled = before == after and not before & 1 and (now.st_size, now.st_ino) == (scan.size, scan.ino)
+        torn = scan.committed != scan.size
+        if (settled and not torn) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    report.messages += scan.messages
+    report.bytes += scan.size
+    report.findings.extend(scan.findings)
+    if scan.bom:
+        report.findings.append(Finding("bom", entry.name, "starts with a UTF-8 byte-order mark (tolerated)", key=key,
+                                       problem=False))
