@@ -222,8 +222,11 @@ class StoreCore:
             try:
                 if op == "tail":
                     self._write_tail(fd, guard, record["at"], record["line"].encode("utf-8"), durable=True)
-                elif record["at"] <= size < record["end"]:
-                    # The batch was cut part-way: it was never acknowledged, remove all of it.
+                elif record["at"] <= size < record["end"] or (
+                        size >= record["end"] > record["at"] and _platform.pread(fd, 1, record["end"] - 1) != b"\n"):
+                    # The batch was cut part-way (or a power loss kept its length but not its
+                    # last bytes: zeros or stale data where its final newline belongs): it was
+                    # never acknowledged, remove all of it.
                     guard.begin_in_place()
                     _platform.truncate(fd, record["at"])
                     _platform.fsync(fd)
@@ -730,11 +733,10 @@ class StoreCore:
         except BaseException:
             # Not acknowledged, so it must not appear later (a retry would duplicate it).
             in_place = True
-            try:
+            with contextlib.suppress(OSError):
                 guard.begin_in_place()
+            with contextlib.suppress(OSError):  # even if the counter could not be marked
                 _platform.truncate(fd, tail.committed)
-            except OSError:
-                pass
             raise
         finally:
             # Failing to finish the bookkeeping must not report a committed append as

@@ -1,0 +1,55 @@
+"""Conformance and fault-injection harness for session stores (``jsonl_sessions.testing``).
+
+Shipped inside the package so that a third-party backend (SQLite, a cloud store, an
+in-memory fake) can prove it honours the contract in SPEC.md the way this library's
+own :class:`~jsonl_sessions.SessionStore` does, with the same tools:
+
+- :func:`make_state_machine` (``machine.py``): a Hypothesis state machine built from a
+  ``factory(path)``; run it with ``run_state_machine_as_test``.
+- :mod:`~jsonl_sessions.testing.strategies`: session keys (hostile ones included),
+  messages, compaction markers, tool call / result pairs.
+- :class:`SessionStoreContract` (``contract.py``): a pytest mixin whose tests cover the
+  error contract of every method; subclass it and define a ``store`` fixture.
+- :class:`MemorySessionStore` (``memory.py``): an in-memory implementation of the whole
+  API, passing the same harness; a test double.
+- :class:`FaultInjector` and :func:`fault_loop` (``faults.py``): make the Nth OS call of
+  a kind fail (or kill the process) through the store's one platform seam, and run a
+  mutation with the failure point advanced one by one.
+- :func:`check_power_loss` (``powerloss.py``): simulated power loss over the recorded
+  writes and syncs of a workload.
+
+Needs the test extra (hypothesis and pytest): ``pip install 'jsonl-sessions[test]'``.
+"""
+
+from __future__ import annotations
+
+try:
+    import hypothesis  # noqa: F401
+    import pytest  # noqa: F401
+except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
+    raise ImportError(
+        "jsonl_sessions.testing needs hypothesis and pytest; install them with: "
+        "pip install 'jsonl-sessions[test]'"
+    ) from _exc
+
+from . import strategies
+from .contract import SessionStoreContract
+from .faults import ERRNOS, KINDS, FaultInjector, FaultLoopReport, fault_loop
+from .machine import ManualClock, make_state_machine
+from .memory import MemorySessionStore
+from .powerloss import PowerLossReport, check_power_loss
+
+__all__ = [
+    "ERRNOS",
+    "KINDS",
+    "FaultInjector",
+    "FaultLoopReport",
+    "ManualClock",
+    "MemorySessionStore",
+    "PowerLossReport",
+    "SessionStoreContract",
+    "check_power_loss",
+    "fault_loop",
+    "make_state_machine",
+    "strategies",
+]

@@ -1,0 +1,504 @@
+"""The error contract of a session store, as a pytest mixin.
+
+Subclass :class:`SessionStoreContract` in a test module, named ``Test...``, and give it a
+``store`` fixture returning a fresh, empty store::
+
+    import pytest
+    from jsonl_sessions.testing import SessionStoreContract
+
+    class TestMyStore(SessionStoreContract):
+        @pytest.fixture
+        def store(self, tmp_path):
+            return MyStore(tmp_path / "store")
+
+Every test calls one method the wrong way (an invalid key, a missing session, a message
+JSON cannot hold, an id that is duplicate or out of order, a stale ``expected_id``, an
+unknown cursor or fork point, an invalid metadata value or listing argument) and checks
+two things: the documented outcome (which exception, or which "nothing done" value) and
+that **nothing changed**: every session, message, metadata field and activity time seen
+through the public API is as before (and, when the backend can show them, the stored
+bytes).
+
+Capabilities (fixtures a subclass may override; the default skips the tests that need
+it, as fsspec's and zarr's abstract suites do):
+
+- ``damage``: an object with ``raw(key) -> bytes`` and ``append_raw(key, data)`` that
+  reads and appends the stored bytes of a session's transcript, for the corruption and
+  torn-tail contract (:class:`JsonlFileDamage` does it for the JSONL file layout).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ..errors import (
+    CorruptTranscriptError,
+    DuplicateMessageError,
+    InvalidMessageError,
+    InvalidSessionKeyError,
+    MessageNotFoundError,
+    SerializationError,
+    SessionExistsError,
+    SessionNotFoundError,
+)
+from ..ids import decode, encode
+from ..keys import key_to_stem
+from ..types import SessionQuery
+
+KEY = "contract"
+OTHER = "other \U0001f99c"
+Call = Callable[[Any, str], Any]
+
+#: Every method that takes a session key, called with ``key`` (and valid other arguments).
+KEYED_METHODS: dict[str, Call] = {
+    "load": lambda s, k: s.load(k),
+    "try_load": lambda s, k: s.try_load(k),
+    "load_with_timestamps": lambda s, k: s.load_with_timestamps(k),
+    "append": lambda s, k: s.append(k, {"role": "user", "content": "x"}),
+    "append_message": lambda s, k: s.append_message(k, {"role": "user", "content": "x"}),
+    "append_many": lambda s, k: s.append_many(k, [{"role": "user", "content": "x"}]),
+    "remove_last": lambda s, k: s.remove_last(k),
+    "update_last": lambda s, k: s.update_last(k, {"role": "user", "content": "x"}),
+    "rewrite_messages": lambda s, k: s.rewrite_messages(k, [{"role": "user", "content": "x"}]),
+    "replace_conversation_state": lambda s, k: s.replace_conversation_state(k, [{"role": "user"}], True),
+    "replace_conversation_state_if_exists": lambda s, k: s.replace_conversation_state_if_exists(k, [], True),
+    "clear_messages": lambda s, k: s.clear_messages(k),
+    "delete_session": lambda s, k: s.delete_session(k),
+    "session_exists": lambda s, k: s.session_exists(k),
+    "get_session_metadata": lambda s, k: s.get_session_metadata(k),
+    "compact": lambda s, k: s.compact(k),
+    "set_session_name": lambda s, k: s.set_session_name(k, "n"),
+    "get_session_name": lambda s, k: s.get_session_name(k),
+    "set_session_agent_alias": lambda s, k: s.set_session_agent_alias(k, "a"),
+    "get_session_agent_alias": lambda s, k: s.get_session_agent_alias(k),
+    "set_session_trim_breadcrumb": lambda s, k: s.set_session_trim_breadcrumb(k, True),
+    "get_session_trim_breadcrumb": lambda s, k: s.get_session_trim_breadcrumb(k),
+    "set_session_context": lambda s, k: s.set_session_context(k, {"a": "b"}),
+    "set_session_principal": lambda s, k: s.set_session_principal(k, "alice"),
+    "delete_session_owned": lambda s, k: s.delete_session_owned(k, "alice"),
+    "set_session_state": lambda s, k: s.set_session_state(k, "running", "t1"),
+    "get_session_state": lambda s, k: s.get_session_state(k),
+    "get_message_count": lambda s, k: s.get_message_count(k),
+    "get_message": lambda s, k: s.get_message(k, "0" * 26),
+    "get_messages": lambda s, k: s.get_messages(k),
+    "page": lambda s, k: s.page(k),
+    "copy_messages(source)": lambda s, k: s.copy_messages(k, "fork target"),
+    "copy_messages(target)": lambda s, k: s.copy_messages(KEY, k),
+    "truncate_messages": lambda s, k: s.truncate_messages(k, "0" * 26),
+}
+
+#: What each keyed method does on a missing session: a value, or the exception it raises.
+ON_MISSING: dict[str, Any] = {
+    "load": [],
+    "try_load": [],
+    "load_with_timestamps": [],
+    "remove_last": False,
+    "update_last": False,
+    "replace_conversation_state_if_exists": False,
+    "clear_messages": 0,
+    "delete_session": False,
+    "session_exists": False,
+    "get_session_metadata": None,
+    "compact": SessionNotFoundError,
+    "set_session_name": SessionNotFoundError,
+    "get_session_name": None,
+    "set_session_agent_alias": SessionNotFoundError,
+    "get_session_agent_alias": None,
+    "set_session_trim_breadcrumb": SessionNotFoundError,
+    "get_session_trim_breadcrumb": None,
+    "set_session_context": SessionNotFoundError,
+    "set_session_principal": SessionNotFoundError,
+    "delete_session_owned": False,
+    "set_session_state": SessionNotFoundError,
+    "get_session_state": None,
+    "get_message_count": SessionNotFoundError,
+    "get_message": None,
+    "get_messages": SessionNotFoundError,
+    "page": SessionNotFoundError,
+    "copy_messages(source)": SessionNotFoundError,
+    "truncate_messages": SessionNotFoundError,
+}
+
+INVALID_KEYS: list[Any] = ["", "a\x00b", "\ud800", 5, None]
+
+#: Messages every write method refuses, with the error: (message, exception type).
+BAD_MESSAGES: dict[str, tuple[Any, type[Exception]]] = {
+    "no role": ({"content": "x"}, InvalidMessageError),
+    "role not a string": ({"role": 5, "content": "x"}, InvalidMessageError),
+    "created_at a string": ({"role": "user", "created_at": "now"}, InvalidMessageError),
+    "created_at a float": ({"role": "user", "created_at": 1.5}, InvalidMessageError),
+    "id not a string": ({"role": "user", "id": 7}, InvalidMessageError),
+    "kind not a string": ({"role": "user", "kind": 3}, InvalidMessageError),
+    "not a mapping": ("hello", InvalidMessageError),
+    "None": (None, InvalidMessageError),
+    "object content": ({"role": "user", "content": object()}, SerializationError),
+    "set content": ({"role": "user", "content": {1, 2}}, SerializationError),
+    "bytes content": ({"role": "user", "content": b"raw"}, SerializationError),
+    "NaN content": ({"role": "user", "content": [math.nan]}, SerializationError),
+    "infinite content": ({"role": "user", "content": {"x": -math.inf}}, SerializationError),
+    "int beyond 64 bits": ({"role": "user", "content": 2**70}, SerializationError),
+    "non-string object key": ({"role": "user", "content": {1: "x"}}, SerializationError),
+    "non-JSON extra": ({"role": "user", "tool_calls": object()}, SerializationError),
+}
+
+#: Every method that writes messages, called with a list holding ``bad``.
+WRITERS: dict[str, Callable[[Any, str, Any], Any]] = {
+    "append": lambda s, k, m: s.append(k, m),
+    "append_message": lambda s, k, m: s.append_message(k, m),
+    "append_many": lambda s, k, m: s.append_many(k, [{"role": "user", "content": "good"}, m]),
+    "update_last": lambda s, k, m: s.update_last(k, m),
+    "rewrite_messages": lambda s, k, m: s.rewrite_messages(k, [{"role": "user", "content": "good"}, m]),
+    "replace_conversation_state": lambda s, k, m: s.replace_conversation_state(k, [m], False),
+    "replace_conversation_state_if_exists": lambda s, k, m: s.replace_conversation_state_if_exists(k, [m], False),
+}
+
+#: Invalid metadata values: (call, exception type).
+BAD_METADATA: dict[str, tuple[Call, type[Exception]]] = {
+    "name not a string": (lambda s, k: s.set_session_name(k, 5), TypeError),
+    "name with a lone surrogate": (lambda s, k: s.set_session_name(k, "x\ud800"), ValueError),
+    "alias None": (lambda s, k: s.set_session_agent_alias(k, None), TypeError),
+    "context a list": (lambda s, k: s.set_session_context(k, [("a", "b")]), TypeError),
+    "context value not a string": (lambda s, k: s.set_session_context(k, {"a": 1}), TypeError),
+    "context key not a string": (lambda s, k: s.set_session_context(k, {1: "a"}), TypeError),
+    "principal empty": (lambda s, k: s.set_session_principal(k, ""), ValueError),
+    "principal not a string": (lambda s, k: s.set_session_principal(k, 5), TypeError),
+    "state unknown": (lambda s, k: s.set_session_state(k, "done"), ValueError),
+    "state in capitals": (lambda s, k: s.set_session_state(k, "Running"), ValueError),
+    "state None": (lambda s, k: s.set_session_state(k, None), ValueError),
+    "turn id not a string": (lambda s, k: s.set_session_state(k, "running", 5), TypeError),
+    "owner not a string": (lambda s, k: s.delete_session_owned(k, 5), TypeError),
+}
+
+#: Invalid arguments of the listing / lifecycle methods: (call, exception type).
+BAD_LISTING: dict[str, tuple[Callable[[Any], Any], type[Exception]]] = {
+    "cleanup_stale negative": (lambda s: s.cleanup_stale(-1), ValueError),
+    "cleanup_stale NaN": (lambda s: s.cleanup_stale(math.nan), ValueError),
+    "cleanup_stale infinite": (lambda s: s.cleanup_stale(math.inf), ValueError),
+    "cleanup_stale string": (lambda s: s.cleanup_stale("1"), TypeError),
+    "cleanup_stale bool": (lambda s: s.cleanup_stale(True), TypeError),
+    "list_stuck_sessions negative": (lambda s: s.list_stuck_sessions(-5), ValueError),
+    "list_stuck_sessions string": (lambda s: s.list_stuck_sessions("5"), TypeError),
+    "search not a query": (lambda s: s.search("alpha"), TypeError),
+    "search keyword not a string": (lambda s: s.search(SessionQuery(5)), TypeError),  # type: ignore[arg-type]
+    "search negative limit": (lambda s: s.search(SessionQuery("a", limit=-1)), ValueError),
+    "search alias not a string": (lambda s: s.search(SessionQuery("a", agent_alias=3)), TypeError),  # type: ignore[arg-type]
+    "count_agent_attribution None": (lambda s: s.count_agent_attribution(None), TypeError),
+    "rename_agent_attribution None": (lambda s: s.rename_agent_attribution(None, "x"), TypeError),
+    "rename_agent_attribution to None": (lambda s: s.rename_agent_attribution("planner", None), TypeError),
+    "clear_agent_attribution int": (lambda s: s.clear_agent_attribution(5), TypeError),
+}
+
+#: Invalid arguments of the history reads: (call, exception type).
+BAD_READS: dict[str, tuple[Call, type[Exception]]] = {
+    "get_messages negative limit": (lambda s, k: s.get_messages(k, limit=-1), ValueError),
+    "get_messages negative offset": (lambda s, k: s.get_messages(k, offset=-1), ValueError),
+    "get_messages string offset": (lambda s, k: s.get_messages(k, offset="1"), ValueError),
+    "page limit 0": (lambda s, k: s.page(k, limit=0), ValueError),
+    "page negative limit": (lambda s, k: s.page(k, limit=-3), ValueError),
+    "page string limit": (lambda s, k: s.page(k, limit="3"), ValueError),
+    "page both cursors": (lambda s, k: s.page(k, before=s.load(k)[-1].id, after=s.load(k)[0].id), ValueError),
+    "page float ts_before": (lambda s, k: s.page(k, ts_before=1.5), ValueError),
+    "page unknown before": (lambda s, k: s.page(k, before="0" * 26), MessageNotFoundError),
+    "page unknown after": (lambda s, k: s.page(k, after="7" + "Z" * 25), MessageNotFoundError),
+    "truncate unknown id": (lambda s, k: s.truncate_messages(k, "0" * 26), MessageNotFoundError),
+    "fork at an unknown id": (lambda s, k: s.copy_messages(k, "fork", up_to_message_id="0" * 26),
+                              MessageNotFoundError),
+    "fork onto itself": (lambda s, k: s.copy_messages(k, k), SessionExistsError),
+    "fork onto an existing session": (lambda s, k: s.copy_messages(k, OTHER), SessionExistsError),
+}
+
+
+class JsonlFileDamage:
+    """The ``damage`` capability for stores using the JSONL file layout
+    (``<root>/<stem>.jsonl``): read a transcript's bytes, append raw bytes to it (under
+    the session's guard, as a polite other tool would)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.store.root, key_to_stem(key) + ".jsonl")
+
+    def raw(self, key: str) -> bytes:
+        with open(self.path(key), "rb") as f:
+            return f.read()
+
+    def append_raw(self, key: str, data: bytes) -> None:
+        with self.store.lock(key), open(self.path(key), "ab") as f:
+            f.write(data)
+
+
+def snapshot(store: Any, keys: tuple[str, ...] = (KEY, OTHER, "fork", "fork target")) -> dict[str, Any]:
+    """Everything observable about ``store`` through the public API (for the named keys
+    and every listed session): existence, messages (lenient load), metadata including
+    activity time and size, run state, breadcrumb."""
+    listed = store.list_sessions()
+    out: dict[str, Any] = {"list_sessions": listed, "with_metadata": store.list_sessions_with_metadata()}
+    for key in sorted(set(listed) | set(keys)):
+        out[key] = (store.session_exists(key), [m.to_dict() for m in store.load(key)],
+                    store.get_session_metadata(key), store.get_session_state(key),
+                    store.get_session_trim_breadcrumb(key))
+    return out
+
+
+class SessionStoreContract:
+    """Example tests of the error contract; subclass with a ``store`` fixture (see the
+    module docstring). Each test starts from a store holding session ``KEY`` (three
+    messages, a name, an alias, an owner, a run state, a context, a breadcrumb) and
+    session ``OTHER`` (one message)."""
+
+    @pytest.fixture
+    def store(self) -> Any:
+        raise NotImplementedError(
+            "subclass SessionStoreContract and define a `store` fixture returning a fresh, empty store")
+
+    @pytest.fixture
+    def damage(self, store: Any) -> Any:
+        """Capability: see the module docstring. None: the tests that need it skip."""
+        return None
+
+    @pytest.fixture
+    def seeded(self, store: Any) -> Any:
+        store.append_many(KEY, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
+                                {"role": "assistant", "content": [{"type": "text", "text": "hello"}]}])
+        store.set_session_name(KEY, "contract session")
+        store.set_session_agent_alias(KEY, "planner")
+        store.set_session_principal(KEY, "alice")
+        store.set_session_state(KEY, "running", "turn-1")
+        store.set_session_context(KEY, {"cwd": "/tmp"})
+        store.set_session_trim_breadcrumb(KEY, False)
+        store.append(OTHER, {"role": "user", "content": "other"})
+        return store
+
+    @staticmethod
+    def _unchanged(store: Any, before: dict[str, Any], what: str) -> None:
+        after = snapshot(store)
+        assert after == before, f"{what} changed the store:\nbefore {before}\nafter  {after}"
+
+    @staticmethod
+    def _damage(damage: Any) -> Any:
+        if damage is None:
+            pytest.skip("the backend does not offer the `damage` capability")
+        return damage
+
+    # -- keys ---------------------------------------------------------------------------
+    @pytest.mark.parametrize("method", sorted(KEYED_METHODS))
+    def test_invalid_key_is_refused(self, seeded: Any, method: str) -> None:
+        """Every invalid key (empty, NUL, lone surrogate, not a str): InvalidSessionKeyError
+        (a ValueError), nothing changed."""
+        before = snapshot(seeded)
+        for bad_key in INVALID_KEYS:
+            exc = _raises(InvalidSessionKeyError, f"{method}({bad_key!r})", KEYED_METHODS[method], seeded, bad_key)
+            assert isinstance(exc, ValueError)
+            self._unchanged(seeded, before, f"{method}({bad_key!r})")
+
+    # -- missing sessions ---------------------------------------------------------------
+    @pytest.mark.parametrize("method", sorted(ON_MISSING))
+    def test_missing_session(self, seeded: Any, method: str) -> None:
+        """The documented result on a missing session (never created, or deleted), and no
+        session created."""
+        assert seeded.delete_session(OTHER) is True
+        for missing in ("missing", OTHER):
+            before = snapshot(seeded, keys=(missing,))
+            expected = ON_MISSING[method]
+            if isinstance(expected, type):
+                exc = _raises(expected, f"{method}({missing!r}) on a missing session", KEYED_METHODS[method],
+                              seeded, missing)
+                assert expected is not SessionNotFoundError or isinstance(exc, KeyError)
+            else:
+                assert KEYED_METHODS[method](seeded, missing) == expected
+            assert snapshot(seeded, keys=(missing,)) == before, f"{method} on a missing session changed the store"
+            assert not seeded.session_exists(missing)
+
+    def test_empty_append_many_creates_nothing(self, seeded: Any) -> None:
+        before = snapshot(seeded, keys=("missing",))
+        assert seeded.append_many("missing", []) == []
+        assert snapshot(seeded, keys=("missing",)) == before
+
+    def test_replace_if_exists_never_recreates_a_deleted_session(self, seeded: Any) -> None:
+        assert seeded.delete_session(OTHER) is True
+        before = snapshot(seeded)
+        assert seeded.replace_conversation_state_if_exists(OTHER, [{"role": "user", "content": "x"}], True) is False
+        self._unchanged(seeded, before, "replace_conversation_state_if_exists on a deleted session")
+
+    # -- messages -----------------------------------------------------------------------
+    @pytest.mark.parametrize("writer", sorted(WRITERS))
+    @pytest.mark.parametrize("existing", [True, False], ids=["existing", "missing"])
+    def test_bad_message_is_refused(self, seeded: Any, writer: str, existing: bool) -> None:
+        """Each of :data:`BAD_MESSAGES`: its error, nothing written (an append_many or
+        rewrite holding one bad message writes none of them), no session created."""
+        key = KEY if existing else "missing"
+        for case, (bad, error) in sorted(BAD_MESSAGES.items()):
+            before = snapshot(seeded, keys=("missing",))
+            if not existing and writer in ("update_last", "replace_conversation_state_if_exists"):
+                try:
+                    result = WRITERS[writer](seeded, key, bad)
+                except error:
+                    pass  # refusing the message before looking for the session is fine too
+                else:
+                    assert result is False, f"{writer} on a missing session ({case}) returned {result!r}"
+            else:
+                _raises(error, f"{writer}({key!r}, {case})", WRITERS[writer], seeded, key, bad)
+            assert snapshot(seeded, keys=("missing",)) == before, (
+                f"{writer} with a bad message ({case}) changed the store")
+            assert not issubclass(error, SerializationError) or issubclass(error, TypeError)
+
+    @pytest.mark.parametrize("writer", ["append", "append_many", "update_last", "rewrite_messages",
+                                        "replace_conversation_state", "replace_conversation_state_if_exists"])
+    @pytest.mark.parametrize("duplicate", [True, False], ids=["duplicate", "out_of_order"])
+    def test_ids_must_strictly_increase(self, seeded: Any, writer: str, duplicate: bool) -> None:
+        """A repeated id -> DuplicateMessageError; a new id sorting before the previous one
+        -> InvalidMessageError, not DuplicateMessageError. Nothing changed."""
+        ids = [m.id for m in seeded.load(KEY)]
+        before = snapshot(seeded)
+        if writer in ("append", "append_many", "update_last"):
+            bad = ids[0] if duplicate else _below(ids[0])
+            message = {"role": "user", "content": "late", "id": bad}
+            call: Callable[[], Any] = {
+                "append": lambda: seeded.append(KEY, message),
+                "append_many": lambda: seeded.append_many(KEY, [{"role": "user", "content": "ok"}, message]),
+                "update_last": lambda: seeded.update_last(KEY, message),
+            }[writer]
+        else:
+            first = {"role": "user", "content": "a", "id": ids[1]}
+            second = {"role": "user", "content": "b", "id": ids[1] if duplicate else ids[0]}
+            call = {
+                "rewrite_messages": lambda: seeded.rewrite_messages(KEY, [first, second]),
+                "replace_conversation_state": lambda: seeded.replace_conversation_state(KEY, [first, second], True),
+                "replace_conversation_state_if_exists":
+                    lambda: seeded.replace_conversation_state_if_exists(KEY, [first, second], True),
+            }[writer]
+        with pytest.raises(InvalidMessageError) as info:
+            call()
+        assert isinstance(info.value, DuplicateMessageError) is duplicate, repr(info.value)
+        assert isinstance(info.value, ValueError)
+        self._unchanged(seeded, before, f"{writer} with a {'duplicate' if duplicate else 'out-of-order'} id")
+
+    @pytest.mark.parametrize("method", ["remove_last", "update_last"])
+    def test_stale_expected_id_changes_nothing(self, seeded: Any, method: str) -> None:
+        ids = [m.id for m in seeded.load(KEY)]
+        before = snapshot(seeded)
+        for stale in (ids[0], ids[1], "0" * 26, ""):
+            if method == "remove_last":
+                assert seeded.remove_last(KEY, expected_id=stale) is False
+            else:
+                assert seeded.update_last(KEY, {"role": "user", "content": "x"}, expected_id=stale) is False
+        self._unchanged(seeded, before, f"{method} with a stale expected_id")
+
+    # -- history ------------------------------------------------------------------------
+    def test_bad_history_arguments(self, seeded: Any) -> None:
+        """Each of :data:`BAD_READS`: its error, nothing changed."""
+        before = snapshot(seeded)
+        for case, (call, error) in sorted(BAD_READS.items()):
+            _raises(error, case, call, seeded, KEY)
+            self._unchanged(seeded, before, case)
+
+    # -- metadata -----------------------------------------------------------------------
+    def test_bad_metadata_value_is_refused(self, seeded: Any) -> None:
+        """Each of :data:`BAD_METADATA`: its error, nothing changed."""
+        before = snapshot(seeded)
+        for case, (meta_call, error) in sorted(BAD_METADATA.items()):
+            _raises(error, case, meta_call, seeded, KEY)
+            self._unchanged(seeded, before, case)
+
+    def test_bad_listing_argument_is_refused(self, seeded: Any) -> None:
+        """Each of :data:`BAD_LISTING`: its error, nothing changed (cleanup deleted nothing)."""
+        before = snapshot(seeded)
+        for case, (list_call, error) in sorted(BAD_LISTING.items()):
+            _raises(error, case, list_call, seeded)
+            self._unchanged(seeded, before, case)
+
+    def test_delete_session_owned_fails_closed(self, seeded: Any) -> None:
+        """No recorded owner, another owner, an empty owner: False and nothing deleted."""
+        before = snapshot(seeded)
+        assert seeded.delete_session_owned(OTHER, "alice") is False  # no owner recorded
+        assert seeded.delete_session_owned(KEY, "bob") is False
+        assert seeded.delete_session_owned(KEY, "") is False
+        assert seeded.delete_session_owned(KEY, "ALICE") is False
+        self._unchanged(seeded, before, "delete_session_owned with the wrong owner")
+        assert seeded.delete_session_owned(KEY, "alice") is True
+        assert not seeded.session_exists(KEY)
+
+    def test_cleanup_spares_running_and_fresh_sessions(self, seeded: Any) -> None:
+        before = snapshot(seeded)
+        assert seeded.cleanup_stale(10**6) == 0
+        self._unchanged(seeded, before, "cleanup_stale with a long TTL")
+        assert seeded.cleanup_stale(0) == 1  # OTHER; KEY is running
+        assert seeded.list_sessions() == [KEY]
+
+    # -- corruption (capability) --------------------------------------------------------
+    def test_corrupt_line_is_reported_precisely_and_refused(self, seeded: Any, damage: Any) -> None:
+        """try_load names the line and byte offset; load skips it; every write that would
+        destroy it refuses (CorruptTranscriptError) with the bytes unchanged; append keeps it."""
+        damage = self._damage(damage)
+        good = seeded.load(KEY)
+        offset = len(damage.raw(KEY))
+        damage.append_raw(KEY, b'{"role": 5, "garbage"\n')
+        seeded.append(KEY, {"role": "user", "content": "after"})
+        with pytest.raises(CorruptTranscriptError) as info:
+            seeded.try_load(KEY)
+        assert (info.value.line, info.value.offset) == (len(good) + 1, offset), info.value
+        assert [m.content for m in seeded.load(KEY)] == [m.content for m in good] + ["after"]
+        raw = damage.raw(KEY)
+        refusals: dict[str, Callable[[], Any]] = {
+            "rewrite_messages": lambda: seeded.rewrite_messages(KEY, []),
+            "replace_conversation_state": lambda: seeded.replace_conversation_state(KEY, [], True),
+            "replace_conversation_state_if_exists": lambda: seeded.replace_conversation_state_if_exists(KEY, [], True),
+            "clear_messages": lambda: seeded.clear_messages(KEY),
+            "truncate_messages": lambda: seeded.truncate_messages(KEY, good[-1].id),
+            "compact": lambda: seeded.compact(KEY),
+        }
+        for name, call in refusals.items():
+            with pytest.raises(CorruptTranscriptError):
+                call()
+            assert damage.raw(KEY) == raw, f"{name} changed a transcript it refused"
+        seeded.append(KEY, {"role": "user", "content": "later"})
+        assert damage.raw(KEY).startswith(raw), "append removed or changed committed bytes"
+
+    @pytest.mark.parametrize("method", ["remove_last", "update_last"])
+    def test_corrupt_last_line_is_left_byte_for_byte(self, seeded: Any, damage: Any, method: str) -> None:
+        damage = self._damage(damage)
+        damage.append_raw(KEY, b"not json at all\n")
+        raw = damage.raw(KEY)
+        with pytest.raises(CorruptTranscriptError) as info:
+            if method == "remove_last":
+                seeded.remove_last(KEY)
+            else:
+                seeded.update_last(KEY, {"role": "user", "content": "x"})
+        assert info.value.offset == raw.rindex(b"not json")
+        assert damage.raw(KEY) == raw
+
+    def test_torn_tail_is_not_a_message_nor_an_error(self, seeded: Any, damage: Any) -> None:
+        damage = self._damage(damage)
+        good = seeded.try_load(KEY)
+        damage.append_raw(KEY, b'{"id":"7ZZZZZZZZZZZZZZZZZZZZZZZZZ","role":"user","content":"cut')
+        assert seeded.try_load(KEY) == good
+        assert seeded.get_message_count(KEY) == len(good)
+        new = seeded.append(KEY, {"role": "user", "content": "next"})
+        assert [m.id for m in seeded.try_load(KEY)] == [m.id for m in good] + [new]
+        assert damage.raw(KEY).endswith(b"\n")
+
+
+def _raises(error: type[BaseException], what: str, call: Callable[..., Any], *args: Any) -> BaseException:
+    """The ``error`` that ``call(*args)`` raises; AssertionError naming ``what`` otherwise."""
+    try:
+        call(*args)
+    except error as exc:
+        return exc
+    except Exception as exc:
+        raise AssertionError(f"{what}: raised {exc!r}, not {error.__name__}") from exc
+    raise AssertionError(f"{what}: did not raise {error.__name__}")
+
+
+def _below(message_id: str) -> str:
+    """An id sorting just before ``message_id`` (not in the session)."""
+    value = decode(message_id)
+    return encode(value - 1) if value else "0"
+
+
+__all__ = ["BAD_MESSAGES", "KEYED_METHODS", "ON_MISSING", "JsonlFileDamage", "SessionStoreContract", "snapshot"]
