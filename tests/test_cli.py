@@ -6,6 +6,7 @@ no traceback)."""
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import pathlib
 import queue
@@ -17,13 +18,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import orjson
 import pytest
 
 from jsonl_sessions import SessionStore
-from jsonl_sessions._cli_verify import PROGRESS_MIN_SESSIONS
+from jsonl_sessions.cli.report import PROGRESS_MIN_SESSIONS
 from jsonl_sessions.cli import COMMANDS, build_parser, default_root, main, resolve_root
 from jsonl_sessions.keys import key_to_stem
 
@@ -374,24 +375,25 @@ def test_tail_follow_in_process_sees_appends_a_revert_and_a_recreate(
     ids = chat(store, "f", 3)
 
     def writer() -> None:
-        other = SessionStore(root, durability="flush")
-        time.sleep(0.15)
-        other.append("f", {"role": "user", "content": "appended live"})
-        time.sleep(0.15)
-        other.truncate_messages("f", ids[0])
-        other.append("f", {"role": "assistant", "content": "after the revert"})
-        time.sleep(0.15)
-        other.delete_session("f")
-        time.sleep(0.15)
-        other.append("f", {"role": "user", "content": "born again"})
-        time.sleep(0.3)
-        _thread.interrupt_main()  # Ctrl-C
+        try:
+            other = SessionStore(root, durability="flush")
+            time.sleep(0.15)
+            other.append("f", {"role": "user", "content": "appended live"})
+            time.sleep(0.15)
+            other.truncate_messages("f", ids[0])
+            other.append("f", {"role": "assistant", "content": "after the revert"})
+            time.sleep(0.15)
+            other.delete_session("f")
+            time.sleep(0.15)
+            other.append("f", {"role": "user", "content": "born again"})
+            time.sleep(0.3)
+        finally:
+            _thread.interrupt_main()  # Ctrl-C: the only way a follow ends, also when the writer failed
 
     thread = threading.Thread(target=writer)
     thread.start()
     try:
-        code = main(["--root", str(root), "tail", "f", "-n", "1", "-f", "--jsonl", "--interval", "0.01",
-                     "--max-seconds", "30"])
+        code = main(["--root", str(root), "tail", "f", "-n", "1", "-f", "--jsonl", "--interval", "0.01"])
     finally:
         thread.join()
     out, err = capsys.readouterr()
@@ -726,11 +728,22 @@ def _wait_for(lines: queue.Queue[str], predicate: Callable[[str], bool], seen: l
     raise AssertionError(f"not seen; got {seen}")
 
 
+@contextlib.contextmanager
+def _killed_at_exit(proc: subprocess.Popen[str]) -> Iterator[None]:
+    """A follow runs until a signal: when the test fails first, SIGKILL it rather than hang."""
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_tail_follow_subprocess_sees_appends_from_another_process(root: pathlib.Path, store: SessionStore) -> None:
     ids = chat(store, "live", 2)
     argv = [sys.executable, "-m", "jsonl_sessions", "--root", str(root), "tail", "live", "-f", "--jsonl",
-            "--interval", "0.02", "--max-seconds", "60"]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()) as proc:
+            "--interval", "0.02"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()) as proc, \
+            _killed_at_exit(proc):
         out: queue.Queue[str] = queue.Queue()
         err: queue.Queue[str] = queue.Queue()
         readers = [threading.Thread(target=_read_lines, args=(proc.stdout, out), daemon=True),

@@ -8,16 +8,22 @@ are. The store is left in place so the other commands can be tried on it.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import stat
 import sys
 import tempfile
+from collections.abc import Callable
 
-from ._cli_format import render_message, terminal_width
-from .errors import CorruptTranscriptError
-from .keys import key_to_stem
-from .store import SessionStore
+from ..core import TRANSCRIPT_SUFFIX
+from ..errors import CorruptTranscriptError
+from ..keys import key_to_stem
+from ..store import SessionStore
+from .common import CliError
+from .format import render_message, terminal_width
+from .repair import run_repair
+from .verify import run_verify
 
 CHAT = "demo/chat"
 FORK = "demo/what-if"
@@ -33,30 +39,44 @@ def _section(title: str) -> None:
     _say(f"== {title}")
 
 
-def _run(root: str, *argv: str) -> int:
-    """Run a real ``jsonl-sessions`` command on the demo store, showing its command line."""
-    from .cli import main
-
+def _run(argv: list[str], command: Callable[[], int]) -> int:
+    """Run a real ``jsonl-sessions`` command on the demo store, showing its command line
+    ``argv`` first and its exit status after."""
     _say(f"$ jsonl-sessions {' '.join(shlex.quote(a) for a in argv)}")
-    sys.stdout.flush()
-    status = main(["--root", root, *argv])
+    status = command()
     sys.stdout.flush()
     _say(f"(exit status {status})")
     return status
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``demo [--root DIR]``: the tour, in a new temporary directory unless ``--root``."""
+    return run_demo(args.root, args.width)
+
+
 def run_demo(root: str | None, width: int | None) -> int:
-    from ._cli_commands import CliError
-
+    """Build the demo store at ``root`` (a new temporary directory when None) and narrate
+    it at ``width`` columns (None: the terminal's). Raises CliError when ``root`` already
+    holds sessions."""
     columns = terminal_width() if width is None else width
-    if root is None:
-        root = tempfile.mkdtemp(prefix="jsonl-sessions-demo-")
-    root = os.path.abspath(root)
-    store = SessionStore(root)
+    where = os.path.abspath(root if root is not None else tempfile.mkdtemp(prefix="jsonl-sessions-demo-"))
+    store = SessionStore(where)
     if store.list_sessions():
-        raise CliError(f"{root} already holds sessions; the demo needs a new or empty directory")
-    _say(f"jsonl-sessions demo: a store in {root}")
+        raise CliError(f"{where} already holds sessions; the demo needs a new or empty directory")
+    _say(f"jsonl-sessions demo: a store in {where}")
+    ids = _conversation(store, columns)
+    _fork_and_revert(store, ids)
+    _torn_write(store)
+    _corrupt_line(store)
+    _files(where)
+    return 0
 
+
+def _transcript(store: SessionStore, key: str) -> str:
+    return os.path.join(store.root, key_to_stem(key) + TRANSCRIPT_SUFFIX)
+
+
+def _conversation(store: SessionStore, columns: int) -> list[str]:
     _section("1. An agent conversation: each append is one write of one line, fsynced before it returns")
     ids = [
         store.append(CHAT, {"role": "system", "content": "You are a terse assistant with a calculator."}),
@@ -67,14 +87,17 @@ def run_demo(root: str | None, width: int | None) -> int:
         store.append(CHAT, {"role": "assistant", "content": "4."}),
     ]
     _say("\n\n".join(render_message(m, columns) for m in store.try_load(CHAT)))
-    path = os.path.join(root, key_to_stem(CHAT) + ".jsonl")
+    path = _transcript(store, CHAT)
     _say(f"\nids are ULIDs, strictly increasing: {ids[0]} .. {ids[-1]}")
     _say(f"the transcript is plain JSONL, one message a line: {path}")
     with open(path, encoding="utf-8") as f:
         for line in list(f)[:2]:
             line = line.rstrip("\n")
             _say("  " + (line if len(line) <= columns - 2 else line[: max(columns - 5, 20)] + "..."))
+    return ids
 
+
+def _fork_and_revert(store: SessionStore, ids: list[str]) -> None:
     _section("2. Fork and revert")
     point = store.copy_messages(CHAT, FORK, up_to_message_id=ids[1])
     store.append(FORK, {"role": "assistant", "content": "Four, without a tool."})
@@ -90,20 +113,25 @@ def run_demo(root: str | None, width: int | None) -> int:
          f"truncate_messages({CHAT!r}, <the last good id>) removed {removed} messages; "
          f"{len(store.try_load(CHAT))} remain")
 
+
+def _torn_write(store: SessionStore) -> None:
     _section("3. A crash in the middle of an append (a torn tail: bytes without their newline)")
+    path = _transcript(store, CHAT)
     with open(path, "ab") as f:
         f.write(b'{"id":"01ZZZZZZZZZZZZZZZZZZZZZZZZ","role":"assistant","content":"half writ')
     _say(f"try_load still returns the {len(store.try_load(CHAT))} acknowledged messages: "
          "a torn tail is an uncommitted write, never a message")
-    _run(root, "verify", CHAT)
+    _run(["verify", CHAT], lambda: run_verify(store.root, [CHAT]))
     new_id = store.append(CHAT, {"role": "user", "content": "Thanks!"})
     with open(path, "rb") as f:
         clean_end = f.read().endswith(b"\n")
     _say(f"the next append removed the torn tail first, then wrote {new_id}; "
          f"{len(store.try_load(CHAT))} messages; the file ends with a newline again: {clean_end}")
 
+
+def _corrupt_line(store: SessionStore) -> None:
     _section("4. A corrupt line in the middle of a transcript (fail closed: a precise error, never [])")
-    fork_path = os.path.join(root, key_to_stem(FORK) + ".jsonl")
+    fork_path = _transcript(store, FORK)
     with open(fork_path, "rb") as f:
         lines = f.read().split(b"\n")
     lines[1] = b"{not json"
@@ -114,10 +142,12 @@ def run_demo(root: str | None, width: int | None) -> int:
     except CorruptTranscriptError as exc:
         _say(f"try_load raised CorruptTranscriptError: line {exc.line}, byte offset {exc.offset}")
     _say(f"load (lenient) skips it with a logged warning: {len(store.load(FORK))} messages")
-    _run(root, "verify")
-    _run(root, "repair", FORK)
-    _run(root, "verify")
+    _run(["verify"], lambda: run_verify(store.root, None))
+    _run(["repair", FORK], lambda: run_repair(store, FORK))
+    _run(["verify"], lambda: run_verify(store.root, None))
 
+
+def _files(root: str) -> None:
     _section("5. The files")
     for name in sorted(os.listdir(root)):
         st = os.lstat(os.path.join(root, name))
@@ -125,4 +155,3 @@ def run_demo(root: str | None, width: int | None) -> int:
     _say(f"\n{root} is kept; try:")
     for argv in (["ls"], ["show", CHAT], ["tail", "-n", "2", CHAT], ["verify"]):
         _say(f"  jsonl-sessions --root {shlex.quote(root)} {' '.join(shlex.quote(a) for a in argv)}")
-    return 0

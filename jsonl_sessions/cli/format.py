@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from .types import ChatMessage, SessionMetadata
+from ..types import ChatMessage, SessionMetadata
 
 #: C0 controls but newline and tab, DEL, and C1 controls (0x80-0x9f: 0x9b is a CSI).
 _CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c not in (0x09, 0x0A)}

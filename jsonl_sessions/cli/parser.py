@@ -1,84 +1,34 @@
-"""The ``jsonl-sessions`` command (also ``python -m jsonl_sessions``): look inside a store.
-
-Commands (:data:`COMMANDS`): ``ls``, ``show``, ``tail``, ``search``, ``verify``,
-``repair``, ``export``, ``import``, ``rm``, ``stats``, ``demo``. The store directory is
-``--root``, else ``$JSONL_SESSIONS_ROOT``, else the per-user data directory
-(:func:`default_root`). Commands that only read never create it.
-
-Exit status: 0 success, 1 failure (or ``verify`` found problems), 2 usage error (bad
-option, bad session key, no store at the root), 130 interrupted (Ctrl-C). Every error is
-one line on stderr, ``jsonl-sessions: error: ...``, never a traceback; library warnings
-(e.g. corrupt lines skipped by a lenient read) are one line each too. Text meant for
-people has control characters made visible, so message content cannot drive the
-terminal; ``--json`` / ``--nl`` / ``--jsonl`` / ``export`` print JSON.
-"""
+"""The argument parser of ``jsonl-sessions``: every command, its options and its help."""
 
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import shlex
-import sys
 import textwrap
-from collections.abc import Callable, Sequence
 
-from ._cli_commands import (
-    _LOGGER,
-    _SORTS,
-    ENV_ROOT,
-    EXIT_FAILURE,
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    PROG,
-    CliError,
-    UsageError,
-    _err,
-    cmd_demo,
-    cmd_export,
-    cmd_import,
-    cmd_ls,
-    cmd_repair,
-    cmd_rm,
-    cmd_search,
-    cmd_show,
-    cmd_stats,
-    cmd_tail,
-    cmd_verify,
-    default_root,
-    resolve_root,
-)
-from .errors import CorruptTranscriptError, InvalidSessionKeyError, LockTimeoutError, SessionStoreError
+from .. import __version__
+from .commands import SORTS
+from .common import ENV_ROOT, PROG, resolve_root
 
 #: Every command, in the order ``--help`` lists them (the README documents each one).
 COMMANDS = ("ls", "show", "tail", "search", "verify", "repair", "export", "import", "rm", "stats", "demo")
 
-_HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "ls": cmd_ls, "show": cmd_show, "tail": cmd_tail, "search": cmd_search, "verify": cmd_verify,
-    "repair": cmd_repair, "export": cmd_export, "import": cmd_import, "rm": cmd_rm, "stats": cmd_stats,
-    "demo": cmd_demo,
-}
 
-
-# -- the parser -------------------------------------------------------------------------------
-def _positive_int(text: str) -> int:
+def _integer(text: str, minimum: int, rule: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{rule}: {value}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _integer(text, 1, "must be at least 1")
 
 
 def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
-    return value
+    return _integer(text, 0, "must not be negative")
 
 
 def _seconds(text: str) -> float:
@@ -112,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--root", metavar="DIR", default=None, help=f"the store directory (now: {resolve_root()})")
     parser.add_argument("--lock-timeout", metavar="SECONDS", type=_seconds, default=10.0,
                         help="how long a write waits for a busy session (default 10)")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
@@ -131,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("ls", "list sessions", "A table of sessions: key, name, messages, size, last activity "
                 "(newest change of transcript or metadata, local time), state. Reads metadata only.")
     outputs(p)
-    p.add_argument("--sort", choices=sorted(_SORTS), default="key",
+    p.add_argument("--sort", choices=sorted(SORTS), default="key",
                    help="order (default key; activity, created, messages and size list the largest first)")
     p.add_argument("-r", "--reverse", action="store_true", help="reverse the order")
     p.add_argument("--alias", metavar="AGENT", help="only sessions attributed to this agent alias")
@@ -156,7 +106,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--follow", action="store_true", help="follow appends, like tail -f")
     p.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
                    help="how often -f looks for changes (default 1)")
-    p.add_argument("--max-seconds", type=_seconds, default=None, help=argparse.SUPPRESS)  # stop -f (tests)
     rendering(p)
 
     p = command("search", "find sessions by keyword",
@@ -216,88 +165,3 @@ def build_parser() -> argparse.ArgumentParser:
                 "where the files are.")
     p.add_argument("--width", type=_count, metavar="COLUMNS", default=None, help=argparse.SUPPRESS)
     return parser
-
-
-def _version() -> str:
-    from . import __version__
-
-    return __version__
-
-
-# -- entry point ---------------------------------------------------------------------------
-class _WarningsToStderr(logging.Handler):
-    """Library warnings as one ``jsonl-sessions: warning: ...`` line each, each once (a
-    following ``tail -f`` would otherwise repeat the same one every poll)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.seen: set[str] = set()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if text not in self.seen:
-            self.seen.add(text)
-            _err(f"warning: {text}")
-
-
-_installed: list[_WarningsToStderr] = []
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version, or a usage error argparse already printed
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    handler = None
-    if not _installed:  # the demo runs commands through main(): one handler for all
-        handler = _WarningsToStderr()
-        _installed.append(handler)
-        _LOGGER.addHandler(handler)
-    try:
-        return _HANDLERS[args.command](args)
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:  # e.g. piped into `head`: stop quietly
-        _silence_stdout()
-        return EXIT_FAILURE
-    except (UsageError, InvalidSessionKeyError) as exc:
-        _err(f"error: {exc}")
-        return EXIT_USAGE
-    except CorruptTranscriptError as exc:
-        _err(f"error: {exc}; `{PROG} repair {shlex.quote(exc.key or '')}` sets corrupt lines aside")
-        return EXIT_FAILURE
-    except LockTimeoutError as exc:
-        _err(f"error: {exc}; try again, or raise --lock-timeout")
-        return EXIT_FAILURE
-    except (SessionStoreError, CliError) as exc:
-        _err(f"error: {exc}")
-        return EXIT_FAILURE
-    except OSError as exc:
-        where = f": {exc.filename}" if exc.filename else ""
-        _err(f"error: {exc.strerror or exc}{where}")
-        return EXIT_FAILURE
-    finally:
-        if handler is not None:
-            _LOGGER.removeHandler(handler)
-            _installed.clear()
-
-
-def _silence_stdout() -> None:
-    """After EPIPE: point stdout at devnull so the interpreter's final flush stays quiet."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
-
-
-__all__ = ["COMMANDS", "build_parser", "default_root", "main", "resolve_root"]

@@ -1,0 +1,182 @@
+"""The commands of ``jsonl-sessions`` that list, print, import and remove sessions:
+``ls``, ``show``, ``search``, ``export``, ``import``, ``rm``.
+
+Each ``cmd_*`` takes the parsed arguments and returns the exit status; failures are
+raised (see :mod:`jsonl_sessions.cli.common`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from ..errors import InvalidMessageError, SessionExistsError, SessionNotFoundError
+from ..keys import key_to_stem
+from ..transcript import BOM
+from ..types import ChatMessage, SessionMetadata, SessionQuery
+from .common import EXIT_FAILURE, EXIT_OK, CliError, Printer, err, open_store, out, quarantine_files, sessions_out
+from .tail import PAGE
+
+SORTS: dict[str, tuple[Callable[[SessionMetadata], Any], bool]] = {
+    "key": (lambda md: md.key, False),
+    "name": (lambda md: (md.name is None, md.name or ""), False),
+    "activity": (lambda md: md.updated_at.timestamp() if md.updated_at else 0.0, True),
+    "created": (lambda md: md.created_at.timestamp() if md.created_at else 0.0, True),
+    "messages": (lambda md: md.message_count, True),
+    "size": (lambda md: md.size_bytes, True),
+}
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    sessions = store.list_sessions_with_metadata()
+    if args.alias is not None:
+        sessions = [md for md in sessions if md.agent_alias == args.alias]
+    if args.state is not None:
+        sessions = [md for md in sessions if (md.state or "none") == args.state]
+    get, descending = SORTS[args.sort]
+    sessions.sort(key=get, reverse=descending != args.reverse)
+    sessions_out(args, sessions, f"no sessions in {store.root}")
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    printer = Printer(args.jsonl, args.width)
+    if args.limit is not None:
+        page = store.page(args.key, limit=args.limit, before=args.before, after=args.after)
+        printer(page.messages)
+        if page.has_more and page.messages:
+            edge = page.messages[0].id if args.after is None else page.messages[-1].id
+            err(f"{'older' if args.after is None else 'newer'} messages remain: add "
+                 f"--{'before' if args.after is None else 'after'} {edge} for the next page")
+        return EXIT_OK
+    if args.before is not None:
+        store.page(args.key, limit=1, before=args.before)  # an unknown cursor fails before any output
+    cursor = args.after or ""
+    while True:
+        page = store.page(args.key, limit=PAGE, after=cursor)
+        batch = page.messages
+        if args.before is not None:
+            batch = [m for m in batch if m.id < args.before]
+        printer(batch)
+        if len(batch) < len(page.messages) or not page.has_more:
+            break
+        if not batch[-1].id or batch[-1].id <= cursor:  # lines without ids (written by another tool)
+            printer(store.load(args.key)[printer.count:])
+            break
+        cursor = batch[-1].id
+    if not printer.count:
+        err(f"no messages in session {args.key!r}" + (" in that range" if args.before or args.after else ""))
+    return EXIT_OK
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    found = store.search(SessionQuery(args.keyword, limit=args.limit or None, agent_alias=args.alias))
+    sessions_out(args, found, f"no session matches {args.keyword!r}")
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    messages = store.load(args.key) if args.lenient else store.try_load(args.key)
+    if not messages and not store.session_exists(args.key):
+        raise SessionNotFoundError(key=args.key)
+    Printer(True, 0)(messages)
+    return EXIT_OK
+
+
+def _import_messages(data: bytes, source: str) -> list[ChatMessage]:
+    """Messages from a JSON array (OpenAI-style ``[{role, content, ...}]``), an object
+    with a ``messages`` array, or JSONL (one object a line; blank lines skipped)."""
+    data = data.removeprefix(BOM)
+    items: list[tuple[str, Any]]
+    try:
+        whole = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        items = []
+        for number, line in enumerate(data.split(b"\n"), 1):
+            if not line.strip():
+                continue
+            try:
+                items.append((f"{source}:{number}", orjson.loads(line)))
+            except orjson.JSONDecodeError as exc:
+                raise CliError(f"{source}:{number}: not JSON: {exc}") from None
+    else:
+        if isinstance(whole, dict) and isinstance(whole.get("messages"), list):
+            whole = whole["messages"]
+        if isinstance(whole, list):
+            items = [(f"{source}: item {i}", item) for i, item in enumerate(whole, 1)]
+        else:
+            items = [(f"{source}:1", whole)]
+    messages = []
+    for where, item in items:
+        if not isinstance(item, dict):
+            raise CliError(f"{where}: a message must be a JSON object, not {type(item).__name__}")
+        try:
+            messages.append(ChatMessage.from_dict(item))
+        except InvalidMessageError as exc:
+            raise CliError(f"{where}: {exc.reason or exc}") from None
+    return messages
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    if args.file == "-":
+        data, source = sys.stdin.buffer.read(), "<stdin>"
+    else:
+        try:
+            with open(args.file, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise CliError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+        source = args.file
+    messages = _import_messages(data, source)
+    if not messages:
+        raise CliError(f"{source} holds no messages")
+    if args.new_ids:
+        messages = [m.replace(id="") for m in messages]
+    key_to_stem(args.key)  # a bad key is a usage error before the store directory is created
+    store = open_store(args, create=True)
+    with store.lock(args.key):
+        existed = store.session_exists(args.key)
+        if existed and not args.append:
+            raise SessionExistsError(f"session {args.key!r} already exists (add --append to add to it)",
+                                     key=args.key)
+        try:
+            ids = store.append_many(args.key, messages)
+        except InvalidMessageError as exc:
+            has_ids = any(m.id for m in messages)
+            raise CliError(f"{exc}" + ("; the input's own ids are kept: --new-ids lets the store assign new ones"
+                                       if has_ids else "")) from None
+    out(f"imported {len(ids)} messages into {'existing' if existed else 'new'} session {args.key!r} "
+         f"({ids[0]} .. {ids[-1]})")
+    return EXIT_OK
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    for key in args.keys:
+        key_to_stem(key)  # every key valid before anything is removed
+    store = open_store(args)
+    status = EXIT_OK
+    for key in args.keys:
+        with store.lock(key):
+            if not store.session_exists(key):
+                if not args.force:
+                    err(f"error: session {key!r} does not exist")
+                    status = EXIT_FAILURE
+                continue
+            if not args.force:
+                state = store.get_session_state(key)
+                if state is not None and state.state == "running":
+                    err(f"error: session {key!r} is running (turn {state.turn_id!r}); --force removes it anyway")
+                    status = EXIT_FAILURE
+                    continue
+            store.delete_session(key)
+        kept = sorted(quarantine_files(store.root, key_to_stem(key)))
+        out(f"removed session {key!r}" + (f" (kept its quarantine files: {', '.join(kept)})" if kept else ""))
+    return status

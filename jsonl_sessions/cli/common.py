@@ -1,0 +1,142 @@
+"""What every command of ``jsonl-sessions`` shares: the exit statuses and failure types,
+where the store is, and the output helpers.
+
+Commands raise :class:`UsageError` (exit status 2), :class:`CliError` or the store's
+errors (1); :func:`jsonl_sessions.cli.main` turns each into one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import stat
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from ..metadata import QUARANTINE_MARK, QUARANTINE_SUFFIX
+from ..store import SessionStore
+from ..types import ChatMessage, SessionMetadata
+from .format import COLUMNS, clean, message_json, metadata_json, metadata_row, render_message, table, terminal_width
+
+PROG = "jsonl-sessions"
+ENV_ROOT = "JSONL_SESSIONS_ROOT"
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: The library's logger: its warnings become ``jsonl-sessions: warning: ...`` lines.
+LOGGER = logging.getLogger("jsonl_sessions")
+
+
+class UsageError(Exception):
+    """A usage error (exit status 2)."""
+
+
+class CliError(Exception):
+    """A failure to report as one line (exit status 1)."""
+
+
+# -- where the store is -------------------------------------------------------------------
+def default_root() -> str:
+    """The per-user data directory: ``$XDG_DATA_HOME/jsonl-sessions`` (default
+    ``~/.local/share/jsonl-sessions``) on Linux and other Unix, ``~/Library/Application
+    Support/jsonl-sessions`` on macOS, ``%LOCALAPPDATA%\\jsonl-sessions`` on Windows."""
+    home = os.path.expanduser("~")
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+    elif sys.platform == "darwin":
+        base = os.path.join(home, "Library", "Application Support")
+    else:
+        xdg = os.environ.get("XDG_DATA_HOME", "")
+        base = xdg if os.path.isabs(xdg) else os.path.join(home, ".local", "share")  # relative: ignored (XDG rule)
+    return os.path.join(base, "jsonl-sessions")
+
+
+def resolve_root(explicit: str | None = None) -> str:
+    """``explicit`` (``--root``), else ``$JSONL_SESSIONS_ROOT``, else :func:`default_root`."""
+    chosen = explicit or os.environ.get(ENV_ROOT) or default_root()
+    return os.path.abspath(os.path.expanduser(chosen))
+
+
+def existing_root(args: argparse.Namespace) -> str:
+    """The resolved root; a usage error when it is not an existing directory."""
+    root = resolve_root(args.root)
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        raise UsageError(f"no store at {root}: the directory does not exist "
+                         f"(give --root DIR or set {ENV_ROOT})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{root} is not a directory")
+    return root
+
+
+def open_store(args: argparse.Namespace, *, create: bool = False) -> SessionStore:
+    """The store at the resolved root. Unless ``create``, a missing root is a usage error
+    (so a typo in ``--root`` never silently creates an empty store). Opening a store
+    removes temp files that interrupted writes left for idle sessions (docs/format.md)."""
+    root = resolve_root(args.root) if create else existing_root(args)
+    return SessionStore(root, lock_timeout=args.lock_timeout)
+
+
+def quarantine_files(root: str, stem: str) -> set[str]:
+    """The names of the quarantine files a repair left for the session file stem ``stem``."""
+    prefix = stem + QUARANTINE_MARK
+    return {n for n in os.listdir(root) if n.startswith(prefix) and n.endswith(QUARANTINE_SUFFIX)}
+
+
+# -- output ---------------------------------------------------------------------------------
+def out(text: str = "") -> None:
+    """One line on stdout."""
+    sys.stdout.write(text + "\n")
+
+
+def err(text: str) -> None:
+    """One line on stderr, ``jsonl-sessions: text``, control characters made visible."""
+    sys.stderr.write(f"{PROG}: {clean(text, one_line=True)}\n")
+
+
+def json_out(value: Any) -> None:
+    """``value`` as indented JSON on stdout."""
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode("utf-8"))
+
+
+def nl_out(values: Iterable[Any]) -> None:
+    """Each value as one line of JSON on stdout."""
+    for value in values:
+        sys.stdout.write(orjson.dumps(value, option=orjson.OPT_APPEND_NEWLINE).decode("utf-8"))
+
+
+class Printer:
+    """Prints messages readable (header + wrapped text, a blank line between) or as raw
+    JSON lines; flushes after each batch when following."""
+
+    def __init__(self, raw: bool, width: int | None, flush: bool = False) -> None:
+        self.raw = raw
+        self.width = terminal_width() if width is None else width
+        self.flush = flush
+        self.count = 0
+
+    def __call__(self, messages: Iterable[ChatMessage]) -> None:
+        for m in messages:
+            if self.raw:
+                sys.stdout.write(message_json(m).decode("utf-8") + "\n")
+            else:
+                sys.stdout.write(("\n" if self.count else "") + render_message(m, self.width) + "\n")
+            self.count += 1
+        if self.flush:
+            sys.stdout.flush()
+
+
+def sessions_out(args: argparse.Namespace, sessions: list[SessionMetadata], empty: str) -> None:
+    """A list of sessions as ``--json``, ``--nl`` or a table; ``empty`` on stderr when none."""
+    if args.json:
+        json_out([metadata_json(md) for md in sessions])
+    elif args.nl:
+        nl_out(metadata_json(md) for md in sessions)
+    elif not sessions:
+        err(empty)
+    else:
+        for line in table(COLUMNS, [metadata_row(md) for md in sessions], numeric=(2, 3)):
+            out(line)

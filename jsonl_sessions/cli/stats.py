@@ -1,0 +1,118 @@
+"""``jsonl-sessions stats``: totals for a store, from metadata, file stats and one byte per
+transcript (corrupt lines need a full read, which is ``verify``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections import Counter
+from typing import Any
+
+from .. import _platform
+from ..core import LOCK_SUFFIX, SIDECAR_SUFFIX, TMP_SUFFIX, TRANSCRIPT_SUFFIX
+from ..keys import key_to_stem
+from ..metadata import QUARANTINE_MARK, QUARANTINE_SUFFIX
+from ..store import SessionStore
+from .common import EXIT_OK, PROG, existing_root, json_out, out
+from .format import clean, when
+from .format import size as fmt_size
+
+
+def _torn(root: str, key: str) -> bool:
+    """Whether the transcript ends without a newline (reads one byte)."""
+    try:
+        fd = _platform.open_file(os.path.join(root, key_to_stem(key) + TRANSCRIPT_SUFFIX), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        size = _platform.fstat(fd).st_size
+        return size > 0 and _platform.pread(fd, 1, size - 1) != b"\n"
+    finally:
+        _platform.close(fd)
+
+
+def _temp_files(root: str) -> set[str]:
+    return {n for n in os.listdir(root) if n.startswith(".") and n.endswith(TMP_SUFFIX)}
+
+
+def _files(root: str) -> dict[str, int]:
+    """Counts over the store's own files: how many and how many bytes, orphan sidecars,
+    quarantine files (one ``scandir``; dot files, symlinks and foreign names skipped)."""
+    files = total = quarantined = 0
+    sidecars: set[str] = set()
+    transcripts: set[str] = set()
+    with os.scandir(root) as entries:
+        for entry in entries:
+            name = entry.name
+            if not entry.is_file(follow_symlinks=False) or name.startswith("."):
+                continue
+            if name.endswith(QUARANTINE_SUFFIX) and QUARANTINE_MARK in name:
+                quarantined += 1
+            elif name.endswith(SIDECAR_SUFFIX):
+                sidecars.add(name[: -len(SIDECAR_SUFFIX)])
+            elif name.endswith(TRANSCRIPT_SUFFIX):
+                transcripts.add(name[: -len(TRANSCRIPT_SUFFIX)])
+            elif not name.endswith(LOCK_SUFFIX):
+                continue
+            files += 1
+            total += entry.stat(follow_symlinks=False).st_size
+    return {"store_files": files, "store_bytes": total, "orphan_sidecars": len(sidecars - transcripts),
+            "quarantine_files": quarantined}
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Print the store's totals, as text or (``--json``) one JSON object."""
+    root = existing_root(args)
+    temps = _temp_files(root)  # before opening the store, which removes those of idle sessions
+    store = SessionStore(root, lock_timeout=args.lock_timeout)
+    temps_removed = len(temps - _temp_files(root))
+    sessions = store.list_sessions_with_metadata()
+    states = Counter(md.state or "none" for md in sessions)
+    activity = [md.updated_at for md in sessions if md.updated_at is not None]
+    files = _files(root)
+    result: dict[str, Any] = {
+        "root": root,
+        "sessions": len(sessions),
+        "states": dict(sorted(states.items())),
+        "messages": sum(md.message_count for md in sessions),
+        "transcript_bytes": sum(md.size_bytes for md in sessions),
+        "store_files": files["store_files"],
+        "store_bytes": files["store_bytes"],
+        "torn_tails": sum(_torn(root, md.key) for md in sessions),
+        "temp_files": len(temps),
+        "temp_files_removed": temps_removed,
+        "orphan_sidecars": files["orphan_sidecars"],
+        "quarantine_files": files["quarantine_files"],
+        "corrupt_lines": None,  # needs a full read of every transcript: that is `verify`
+        "oldest_activity": min(activity).isoformat() if activity else None,
+        "newest_activity": max(activity).isoformat() if activity else None,
+    }
+    if args.json:
+        json_out(result)
+        return EXIT_OK
+    state_text = ", ".join(f"{states[s]} {'without a state' if s == 'none' else s}"
+                           for s in ("running", "idle", "error", "none") if states[s])
+    activity_text = f"{when(min(activity))} .. {when(max(activity))}" if activity else "-"
+    _render(result, state_text, activity_text)
+    return EXIT_OK
+
+
+def _render(result: dict[str, Any], state_text: str, activity_text: str) -> None:
+    temps, removed = result["temp_files"], result["temp_files_removed"]
+    rows = [
+        ("store", result["root"]),
+        ("sessions", f"{result['sessions']}" + (f" ({state_text})" if result["sessions"] else "")),
+        ("messages", str(result["messages"])),
+        ("transcripts", fmt_size(result["transcript_bytes"])),
+        ("all files", (f"{fmt_size(result['store_bytes'])} in {result['store_files']} files "
+                       "(transcripts, sidecars, locks, quarantine)")),
+        ("torn tails", str(result["torn_tails"])),
+        ("temp files", f"{temps}" + (f" (left by interrupted writes; {removed} removed just now by "
+                                     "opening the store)" if temps else "")),
+        ("orphan sidecars", str(result["orphan_sidecars"])),
+        ("quarantine files", str(result["quarantine_files"])),
+        ("corrupt lines", f"not counted (a full read): run `{PROG} verify`"),
+        ("activity", activity_text),
+    ]
+    for label, value in rows:
+        out(f"{label + ':':<18}{clean(value, one_line=True)}")

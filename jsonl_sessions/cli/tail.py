@@ -1,0 +1,95 @@
+"""``jsonl-sessions tail``: the newest messages of a session; with ``-f`` it keeps printing
+new ones (lock-free polling) until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from ..core import LOCK_SUFFIX, TRANSCRIPT_SUFFIX
+from ..errors import MessageNotFoundError, SessionNotFoundError, SessionStoreError
+from ..keys import key_to_stem
+from ..locks import read_control
+from ..store import SessionStore
+from .common import EXIT_OK, Printer, err, open_store
+
+PAGE = 500  # messages per read when catching up
+_REANCHOR = 1000  # newest messages searched for new ones after a follow cursor vanished
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    """Print the newest ``args.n`` messages; with ``args.follow``, follow until Ctrl-C
+    (KeyboardInterrupt, which :func:`jsonl_sessions.cli.main` turns into exit status 130)."""
+    store = open_store(args)
+    printer = Printer(args.jsonl, args.width, flush=args.follow)
+    stem = key_to_stem(args.key)
+    paths = os.path.join(store.root, stem + TRANSCRIPT_SUFFIX), os.path.join(store.root, stem + LOCK_SUFFIX)
+    seen = _signature(*paths)  # taken before the read: a change right after it is caught by the first poll
+    page = store.page(args.key, limit=args.n)
+    printer(page.messages)
+    if args.follow:
+        _follow(store, args.key, page.messages[-1].id if page.messages else None, seen, paths, printer,
+                args.interval)
+    return EXIT_OK
+
+
+Signature = tuple[int, int, int, int] | None
+
+
+def _signature(transcript: str, lock: str) -> Signature:
+    """What changes when the session does: the transcript's inode, size and mtime, and the
+    control file's sequence counter (bumped by in-place rewrites). None: no transcript."""
+    try:
+        st = os.lstat(transcript)
+    except FileNotFoundError:
+        return None
+    try:
+        seq = read_control(lock).seq
+    except (OSError, SessionStoreError):
+        seq = -1
+    return st.st_ino, st.st_size, st.st_mtime_ns, seq
+
+
+def _follow(store: SessionStore, key: str, last: str | None, seen: Signature, paths: tuple[str, str],
+            printer: Printer, interval: float) -> None:
+    """Print messages as they are appended, like ``tail -f``, until interrupted. Polls the
+    transcript's stat and control counter (``paths``) every ``interval`` seconds and, when
+    they differ from ``seen``, reads the page after the last printed id (lock-free). A
+    cursor that vanished (truncate, revert, rewrite) is re-anchored: of the newest
+    messages, those with an id above it are new. A removed session is waited for; when it
+    comes back it is printed from its start."""
+    gone = False
+    while True:
+        time.sleep(interval)
+        now = _signature(*paths)
+        if now == seen:
+            continue
+        seen = now
+        if now is None:
+            if not gone:
+                err(f"session {key!r} was removed; waiting for it to come back")
+            gone = True
+            continue
+        if gone:
+            err(f"session {key!r} is back")
+            gone, last = False, None
+        last = _catch_up(store, key, last, printer)
+
+
+def _catch_up(store: SessionStore, key: str, last: str | None, printer: Printer) -> str | None:
+    while True:
+        try:
+            page = store.page(key, limit=PAGE, after=last or "")
+        except SessionNotFoundError:
+            return last
+        except MessageNotFoundError:
+            page = store.page(key, limit=_REANCHOR)
+            err(f"session {key!r} was truncated or rewritten; following it from there")
+            printer([m for m in page.messages if last is None or m.id > last])
+            return page.messages[-1].id if page.messages else None
+        printer(page.messages)
+        if page.messages:
+            last = page.messages[-1].id
+        if not page.has_more:
+            return last
