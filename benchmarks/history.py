@@ -401,7 +401,7 @@ def render_text(env: Mapping[str, Any], mode: str, groups: Sequence[Group], goal
         for r in g.rows:
             out.append(f"  {r.label:<{w - 2}} {fmt_ns(r.median_ns):>10} {fmt_ns(r.p95_ns):>10} "
                        f"{fmt_ratio(r.vs_floor):>9} {fmt_ratio(r.vs_ours):>8}")
-    out += ["", "targets (issue 4)"]
+    out += ["", "targets"]
     for t in goals:
         out.append(f"  {'met   ' if t.met else 'MISSED'}  {t.text:<60} {t.measure} = {t.value:.2f}x (need {t.need}x)")
     return "\n".join(out)
@@ -416,7 +416,7 @@ def render_markdown(env: Mapping[str, Any], mode: str, groups: Sequence[Group], 
             name = f"**{r.label}**" if r.impl == g.ours else r.label
             out.append(f"| {op} | {name} | {fmt_ns(r.median_ns)} | {fmt_ns(r.p95_ns)} | "
                        f"{fmt_ratio(r.vs_floor)} | {fmt_ratio(r.vs_ours)} |")
-    out += ["", "| target (issue 4) | measured | verdict |", "|---|--:|---|"]
+    out += ["", "| target | measured | verdict |", "|---|--:|---|"]
     for t in goals:
         out.append(f"| {t.text} | {t.measure} = {t.value:.2f}x (need {t.need}x) | {'met' if t.met else '**missed**'} |")
     return "\n".join(out)

@@ -10,8 +10,8 @@ Each operation is timed per call with ``time.perf_counter_ns`` (garbage collecto
 while timing, warm-up calls first, implementations taking turns in small blocks so drift hits
 all of them alike) and reported as median and p95, with two ratios of medians measured in this
 same run: ``vs floor`` (time / the raw-syscall or plain-orjson floor) and ``vs ours``
-(time / jsonl_sessions; above 1 means slower than jsonl_sessions). The targets of issue 2
-are printed as met / missed, but the exit status is always 0: this is a measurement, never
+(time / jsonl_sessions; above 1 means slower than jsonl_sessions). The performance targets
+(:func:`targets`) are printed as met / missed, but the exit status is always 0: this is a measurement, never
 a gate. Stdlib + orjson + the package only. See benchmarks/README.md for what each line
 measures and how the sqlite3 peer is set up.
 """
@@ -419,8 +419,8 @@ def orjson_floor_load(path: str) -> list[Msg]:
 
 
 def orjson_floor_loop(path: str) -> int:
-    """The literal loop of issue 2, each dict freed at once (memory reused: cheaper, but no
-    loader can do this). Returns the line count."""
+    """The bare loop ``for line in f: orjson.loads(line)``, each dict freed at once (memory
+    reused: cheaper, but no loader can do this). Returns the line count."""
     n = 0
     with open(path, "rb") as f:
         for line in f:
@@ -912,7 +912,7 @@ def render_text(env: Mapping[str, Any], mode: str, sizes: Sizes, groups: Sequenc
             out.append(f"  {r.label:<{w - 2}} {fmt_ns(r.median_ns):>10} {fmt_ns(r.p95_ns):>10} "
                        f"{fmt_ratio(r.vs_floor):>9} {fmt_ratio(r.vs_ours):>8}")
     out.append("")
-    out.append("targets (issue 2)")
+    out.append("targets")
     for t in goals:
         verdict = "met   " if t.met else "MISSED"
         out.append(f"  {verdict}  {t.text:<58} {t.measure} = {t.value:.2f}x (need {t.need}x)")
@@ -929,7 +929,7 @@ def render_markdown(env: Mapping[str, Any], mode: str, sizes: Sizes, groups: Seq
             label = f"**{r.label}**" if r.impl == g.ours else r.label
             out.append(f"| {op} | {label} | {fmt_ns(r.median_ns)} | {fmt_ns(r.p95_ns)} | "
                        f"{fmt_ratio(r.vs_floor)} | {fmt_ratio(r.vs_ours)} |")
-    out += ["", "| target (issue 2) | measured | verdict |", "|---|--:|---|"]
+    out += ["", "| target | measured | verdict |", "|---|--:|---|"]
     for t in goals:
         out.append(f"| {t.text} | {t.measure} = {t.value:.2f}x (need {t.need}x) | {'met' if t.met else '**missed**'} |")
     return "\n".join(out)

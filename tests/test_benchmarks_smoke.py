@@ -66,7 +66,7 @@ def test_quick_run_reports_every_row_and_cleans_up(
         assert env[field], field
 
     out = capsys.readouterr().out
-    for heading in ("python", "platform", "cpus", "file system", "date", "versions", "targets (issue 2)"):
+    for heading in ("python", "platform", "cpus", "file system", "date", "versions", "targets"):
         assert heading in out
     text, sep, markdown = out.partition("| operation | implementation | median | p95 | vs floor | vs ours |")
     assert sep

@@ -24,8 +24,8 @@ import orjson
 import pytest
 
 from jsonl_sessions import SessionStore
-from jsonl_sessions.cli.report import PROGRESS_MIN_SESSIONS
 from jsonl_sessions.cli import COMMANDS, build_parser, default_root, main, resolve_root
+from jsonl_sessions.cli.report import PROGRESS_MIN_SESSIONS
 from jsonl_sessions.keys import key_to_stem
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"

@@ -1,5 +1,5 @@
 """Session metadata and lifecycle: names, aliases, context, owner, run state, TTL cleanup,
-search and compact/repair (SPEC section 3, "Provided"; issue 3).
+search and compact/repair.
 
 Each behaviour a user depends on, on real files: setters never create a session, every
 change is one atomic sidecar replace that a fresh store reads back, getters take no

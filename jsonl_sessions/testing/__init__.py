@@ -1,7 +1,7 @@
 """Conformance and fault-injection harness for session stores (``jsonl_sessions.testing``).
 
 Shipped inside the package so that a third-party backend (SQLite, a cloud store, an
-in-memory fake) can prove it honours the contract in SPEC.md the way this library's
+in-memory fake) can prove it honours the contract of docs/api.md the way this library's
 own :class:`~jsonl_sessions.SessionStore` does, with the same tools:
 
 - :func:`make_state_machine` (``machine.py``): a Hypothesis state machine built from a

@@ -17,7 +17,7 @@ store must return them), its metadata (name, alias, owner, run state / turn / si
 context, trim breadcrumb, parent / fork point, creation time). A session exists iff its
 key is in the dict.
 
-**Rules** cover every method of SPEC section 3: ``append`` / ``append_message`` /
+**Rules** cover every public method of the store (docs/api.md): ``append`` / ``append_message`` /
 ``append_many`` (with caller ids, tool exchanges, compaction markers, duplicates, ids
 out of order, values JSON cannot hold), ``remove_last`` and ``update_last`` (with
 ``expected_id``), ``rewrite_messages``, ``replace_conversation_state(_if_exists)``,
@@ -959,7 +959,7 @@ def make_state_machine(factory: StoreFactory, *, manual_clock: bool = False,
                        name: str | None = None) -> type[SessionStoreMachine]:
     """A state machine class checking the stores ``factory`` builds against the model.
 
-    ``factory(path)`` returns a store with the SPEC API on ``path`` (a fresh directory per
+    ``factory(path)`` returns a store with the store's public API on ``path`` (a fresh directory per
     example; a second call with the same path must see the same data unless the factory
     or the store has ``persistent = False``). With ``manual_clock=True`` it is called as
     ``factory(path, clock)``, ``clock`` a :class:`ManualClock` to use as the store's clock.
