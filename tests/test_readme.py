@@ -35,10 +35,15 @@ def test_readme_example_runs_and_keeps_its_promises(
     assert messages[0].id < messages[1].id
 
 
-def test_readme_gives_exactly_the_two_setup_commands_and_ci_runs_the_test_one() -> None:
+def test_readme_gives_exactly_the_two_setup_commands_and_ci_runs_the_test_ones() -> None:
     text = README.read_text(encoding="utf-8")
     commands = re.findall(r"```sh\n(.*?)```", text, re.DOTALL)
-    assert "jsonl-sessions demo" in commands[0]
-    assert "python -m pytest -q" in commands[1]
+    assert len(commands) == 2 and "jsonl-sessions demo" in commands[0]
+    steps = [part.strip() for part in re.split(r"&&|\n", commands[1]) if part.strip().startswith(".venv/bin/")]
+    runs = [step.removeprefix(".venv/bin/python ") for step in steps if step.startswith(".venv/bin/python -m ")]
+    assert runs == ["-m pytest -q", "-m mypy jsonl_sessions", "-m ruff check jsonl_sessions"]
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
-    assert "-m pytest -q" in ci
+    ci_runs = re.findall(r'^"\$venv/bin/python" (-m (?:pytest|mypy|ruff)\b.*)$', ci, re.MULTILINE)
+    assert ci_runs == runs  # the same test commands, in the same order
+    extras = re.findall(r"pip install '(\.\[[a-z,]+\])'", commands[1])
+    assert extras and f'pip install --quiet "{extras[0]}"' in ci  # installed with the same extras
