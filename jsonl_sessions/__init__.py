@@ -22,6 +22,7 @@ from .errors import (
     SessionStoreError,
     UnsafePathError,
 )
+from .protocol import AsyncSessionBackend, SessionBackend
 from .store import SessionStore
 from .types import (
     ChatMessage,
@@ -35,6 +36,7 @@ from .types import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncSessionBackend",
     "AsyncSessionStore",
     "ChatMessage",
     "CorruptMetadataError",
@@ -46,6 +48,7 @@ __all__ = [
     "MessageNotFoundError",
     "Page",
     "SerializationError",
+    "SessionBackend",
     "SessionExistsError",
     "SessionMetadata",
     "SessionNotFoundError",

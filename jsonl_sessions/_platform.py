@@ -116,7 +116,7 @@ def mkdir(path: str, mode: int = 0o700) -> None:
     os.mkdir(path, mode)
 
 
-if IS_WINDOWS:  # pragma: no cover - not this machine
+if sys.platform == "win32":  # pragma: no cover - not this machine (a literal check, so type checkers skip it)
     import filelock as _filelock
 
     def try_lock(fd: int) -> bool:

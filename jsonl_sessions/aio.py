@@ -1,14 +1,17 @@
 """AsyncSessionStore: the session store for asyncio code.
 
-Every public method of :class:`jsonl_sessions.SessionStore` is here as a coroutine with
-the same name, arguments, result and errors. Each call runs the blocking method in a
-worker thread (``asyncio.to_thread``), so the event loop never waits on file I/O,
-fsync or a session's guard; the store is thread-safe and the guard serialises
-concurrent calls on one session, so any number of coroutines may use one store.
+Every method of the backend contract (:class:`jsonl_sessions.protocol.SessionBackend`)
+is here as a coroutine with the same name, arguments, result and errors, so an
+``AsyncSessionStore`` is an :class:`~jsonl_sessions.protocol.AsyncSessionBackend`. Each
+call runs the blocking method in a worker thread (``asyncio.to_thread``), so the event
+loop never waits on file I/O, fsync or a session's guard; stores are thread-safe and
+the guard serialises concurrent calls on one session, so any number of coroutines may
+use one store. It wraps a :class:`jsonl_sessions.SessionStore` by default and any other
+backend through :meth:`AsyncSessionStore.wrapping`.
 
-The wrappers are generated from ``SessionStore``'s public methods when this module is
-imported, so methods added to the store are covered without a change here
-(:data:`WRAPPED` lists them).
+The wrappers are generated from the contract when this module is imported
+(:data:`WRAPPED` lists them), so a method added to the contract is covered without a
+change here.
 
 Not wrapped: ``lock(key)``. The guard is bound to the thread that takes it (a
 re-entrant lock) and each wrapped call may run in a different worker thread, so a
@@ -29,10 +32,15 @@ import asyncio
 import functools
 import inspect
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .protocol import SessionBackend, backend_methods
 from .store import SessionStore
+from .types import Durability
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 _T = TypeVar("_T")
 
@@ -65,7 +73,7 @@ class AsyncSessionStore:
     it in one worker thread (e.g. several calls under ``store.lock(key)``)."""
 
     def __init__(self, root: str | os.PathLike[str], **options: Any) -> None:
-        self._store = SessionStore(root, **options)
+        self._store: SessionBackend = SessionStore(root, **options)
 
     @classmethod
     async def open(cls, root: str | os.PathLike[str], **options: Any) -> AsyncSessionStore:
@@ -74,41 +82,55 @@ class AsyncSessionStore:
         return cls.wrapping(store)
 
     @classmethod
-    def wrapping(cls, store: SessionStore) -> AsyncSessionStore:
-        """An async front for an existing store (both may be used side by side)."""
+    def wrapping(cls, store: SessionBackend) -> AsyncSessionStore:
+        """An async front for an existing store of any backend (both may be used side
+        by side)."""
         self = cls.__new__(cls)
         self._store = store
         return self
 
     @property
-    def sync(self) -> SessionStore:
+    def sync(self) -> SessionBackend:
         """The blocking store underneath."""
         return self._store
 
     @property
     def root(self) -> str:
-        return self._store.root
+        """Where the store lives (its ``root``, or ``path`` for a single-file backend)."""
+        return str(getattr(self._store, "root", None) or getattr(self._store, "path", ""))
 
     @property
-    def durability(self) -> str:
+    def durability(self) -> Durability:
         return self._store.durability
+
+    async def aclose(self) -> None:
+        """Close the store underneath, in a worker thread."""
+        await asyncio.to_thread(self._store.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     async def run(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``fn(store, *args, **kwargs)`` in one worker thread, with the blocking store."""
         return await asyncio.to_thread(fn, self._store, *args, **kwargs)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._store.root!r}, durability={self._store.durability!r})"
+        return f"{type(self).__name__}({self.root!r}, durability={self._store.durability!r})"
 
     if TYPE_CHECKING:
         # The generated coroutine methods (below) are invisible to a type checker.
-        def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]: ...
+        def __getattr__(self, name: str) -> Callable[..., Coroutine[Any, Any, Any]]: ...
 
 
-#: The SessionStore methods AsyncSessionStore exposes as coroutines.
-WRAPPED = tuple(name for name in public_methods() if name not in NOT_WRAPPED)
+#: The contract's methods AsyncSessionStore exposes as coroutines.
+WRAPPED = tuple(backend_methods())
 
 for _name in WRAPPED:
+    # The default backend's method: same signature as the contract's, and its docstring
+    # tells the JSONL specifics.
     setattr(AsyncSessionStore, _name, _wrapper(_name, getattr(SessionStore, _name)))
 del _name
 

@@ -30,7 +30,7 @@ import contextlib
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
@@ -48,10 +48,7 @@ from .errors import (
 from .keys import hashed_stem_matches, is_hashed, key_to_stem, stem_to_key
 from .locks import REGISTRY, Control, GuardClosed, SessionGuard, parse_record, read_control
 from .transcript import Tail, count_newlines, iter_lines_backward, line_number_of, log, parse, read_tail, warn_bad
-from .types import ChatMessage, TimestampedMessage, as_message
-
-Durability = Literal["fsync", "flush"]
-MessageLike = ChatMessage | Mapping[str, Any]
+from .types import ChatMessage, Durability, MessageLike, TimestampedMessage, as_message
 
 TRANSCRIPT_SUFFIX = ".jsonl"
 SIDECAR_SUFFIX = ".meta.json"

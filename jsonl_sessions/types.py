@@ -22,6 +22,9 @@ RESERVED_FIELDS = ("id", "created_at", "role", "kind", "content")
 _RESERVED = frozenset(RESERVED_FIELDS)
 
 SessionStateName = Literal["idle", "running", "error"]
+
+#: What a returned mutation survives: ``"fsync"`` a power loss, ``"flush"`` a process crash.
+Durability = Literal["fsync", "flush"]
 SESSION_STATES: frozenset[str] = frozenset({"idle", "running", "error"})
 
 
@@ -233,6 +236,11 @@ def has_non_finite_float(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(has_non_finite_float(v) for v in value)
     return False
+
+
+#: What every write method accepts as a message: a :class:`ChatMessage`, or a mapping
+#: with at least ``role`` (read as :meth:`ChatMessage.from_dict` does).
+MessageLike = ChatMessage | Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

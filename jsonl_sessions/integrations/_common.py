@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..aio import AsyncSessionStore
+from ..protocol import SessionBackend
 from ..store import SessionStore
 
 _T = TypeVar("_T")
@@ -16,22 +17,32 @@ _T = TypeVar("_T")
 #: The store directory used when an adapter is given no store (relative to the working directory).
 DEFAULT_ROOT = "sessions"
 
-StoreLike = SessionStore | AsyncSessionStore | str | os.PathLike[str] | None
+StoreLike = SessionBackend | AsyncSessionStore | str | os.PathLike[str] | None
 
 
-def open_store(store: StoreLike, options: dict[str, Any]) -> SessionStore:
-    """The blocking store behind ``store``: a :class:`SessionStore` as it is, an
-    :class:`AsyncSessionStore`'s ``.sync``, a path (``None``: :data:`DEFAULT_ROOT`) opened
-    with ``options`` (``durability``, ``lock_timeout``...). Options with a store object
-    are a TypeError: they would be silently ignored."""
-    if isinstance(store, (SessionStore, AsyncSessionStore)):
-        if options:
-            raise TypeError(f"store options {sorted(options)} apply only when store is a path")
-        return store if isinstance(store, SessionStore) else store.sync
-    root = DEFAULT_ROOT if store is None else store
-    if not isinstance(root, (str, os.PathLike)):
-        raise TypeError(f"store must be a SessionStore, an AsyncSessionStore, a path or None, not {type(root).__name__}")
-    return SessionStore(root, **options)
+def open_store(store: StoreLike, options: dict[str, Any]) -> SessionBackend:
+    """The blocking store behind ``store``: any backend (a :class:`SessionStore`, a
+    SQLite store...) as it is, an :class:`AsyncSessionStore`'s ``.sync``, a path
+    (``None``: :data:`DEFAULT_ROOT`) opened as a :class:`SessionStore` with ``options``
+    (``durability``, ``lock_timeout``...). Options with a store object are a TypeError:
+    they would be silently ignored."""
+    if isinstance(store, AsyncSessionStore):
+        backend = store.sync
+    elif store is None or isinstance(store, (str, os.PathLike)):
+        # (cast: the async store's typing-only __getattr__ makes it look path-like to mypy)
+        return SessionStore(DEFAULT_ROOT if store is None else cast("str | os.PathLike[str]", store), **options)
+    elif isinstance(store, SessionBackend):
+        backend = store
+    else:
+        raise TypeError(f"store must be a session store, an AsyncSessionStore, a path or None, not {type(store).__name__}")
+    if options:
+        raise TypeError(f"store options {sorted(options)} apply only when store is a path")
+    return backend
+
+
+def where(store: SessionBackend) -> str:
+    """Where ``store`` keeps its data (its ``root`` directory or database ``path``), for reprs."""
+    return str(getattr(store, "root", None) or getattr(store, "path", None) or type(store).__name__)
 
 
 async def finish(awaitable: Awaitable[_T]) -> _T:

@@ -54,9 +54,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..keys import validate_key
-from ..store import SessionStore
+from ..protocol import SessionBackend
 from ..types import ChatMessage
-from ._common import StoreLike, finish, open_store
+from ._common import StoreLike, finish, open_store, where
 
 __all__ = ["JsonlChatMessageHistory", "lc_to_message", "message_to_lc"]
 
@@ -144,12 +144,12 @@ class JsonlChatMessageHistory(BaseChatMessageHistory):
         self._store = open_store(store, store_options)
 
     @property
-    def store(self) -> SessionStore:
+    def store(self) -> SessionBackend:
         """The store holding the history (its key is :attr:`session_id`)."""
         return self._store
 
     def __repr__(self) -> str:
-        return f"JsonlChatMessageHistory({self.session_id!r}, {self._store.root!r})"
+        return f"JsonlChatMessageHistory({self.session_id!r}, {where(self._store)!r})"
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # the base declares an attribute

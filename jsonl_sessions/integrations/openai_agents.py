@@ -45,9 +45,9 @@ from typing import Any, cast
 
 from ..errors import SessionNotFoundError
 from ..keys import validate_key
-from ..store import SessionStore
+from ..protocol import SessionBackend
 from ..types import ChatMessage
-from ._common import StoreLike, finish, open_store
+from ._common import StoreLike, finish, open_store, where
 
 __all__ = ["JsonlSession", "item_to_message", "message_to_item"]
 
@@ -146,12 +146,12 @@ class JsonlSession:
         self._store = open_store(store, store_options)
 
     @property
-    def store(self) -> SessionStore:
+    def store(self) -> SessionBackend:
         """The store holding the session (its key is :attr:`session_id`)."""
         return self._store
 
     def __repr__(self) -> str:
-        return f"JsonlSession({self.session_id!r}, {self._store.root!r})"
+        return f"JsonlSession({self.session_id!r}, {where(self._store)!r})"
 
     # -- the Session protocol -------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:

@@ -34,7 +34,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .. import codec, ids
-from ..core import DEFAULT_MAX_MESSAGE_BYTES, Durability, MessageLike
+from ..core import DEFAULT_MAX_MESSAGE_BYTES
 from ..errors import (
     DuplicateMessageError,
     InvalidMessageError,
@@ -49,6 +49,8 @@ from ..metadata import _EPOCH, _check_number, _check_text, _from_ms, _from_ns, _
 from ..types import (
     SESSION_STATES,
     ChatMessage,
+    Durability,
+    MessageLike,
     Page,
     SessionMetadata,
     SessionQuery,

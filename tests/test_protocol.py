@@ -1,0 +1,46 @@
+"""The backend contract: the JSONL store and the async facade implement it exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+
+import jsonl_sessions
+from jsonl_sessions import AsyncSessionStore, SessionStore
+from jsonl_sessions.protocol import AsyncSessionBackend, SessionBackend, backend_methods
+
+
+def test_the_jsonl_store_is_a_backend_with_the_contracts_signatures(tmp_path: Path) -> None:
+    with SessionStore(tmp_path) as store:
+        backend: SessionBackend = store  # checked by mypy as well
+        assert isinstance(backend, SessionBackend)
+        for name in [*backend_methods(), "close"]:
+            want = inspect.signature(getattr(SessionBackend, name))
+            got = inspect.signature(getattr(SessionStore, name))
+            assert got == want, name
+
+
+def test_the_contract_lists_every_public_method_of_the_store_but_its_extras() -> None:
+    public = {n for n, v in inspect.getmembers(SessionStore, inspect.isfunction) if not n.startswith("_")}
+    # ``lock`` is the JSONL store's own extra (a guard held across calls in one thread).
+    assert public - set(backend_methods()) == {"close", "lock"}
+    assert set(backend_methods()) <= public
+
+
+def test_the_async_facade_is_an_async_backend(tmp_path: Path) -> None:
+    async def scenario() -> list[str]:
+        async with AsyncSessionStore(tmp_path) as astore:
+            backend: AsyncSessionBackend = astore
+            assert isinstance(backend, AsyncSessionBackend)
+            await backend.append("k", {"role": "user", "content": "hi"})
+            return [m.content for m in await backend.load("k")]
+
+    assert asyncio.run(scenario()) == ["hi"]
+    for name in backend_methods():
+        assert inspect.iscoroutinefunction(getattr(AsyncSessionStore, name)), name
+
+
+def test_the_contract_is_exported() -> None:
+    assert jsonl_sessions.SessionBackend is SessionBackend
+    assert jsonl_sessions.AsyncSessionBackend is AsyncSessionBackend
