@@ -8,10 +8,10 @@ Run from the repository root::
     python -m benchmarks.history --quick         # 1k / 10k / 100k sessions (~30 s)
     python -m benchmarks.history --markdown --json history.json
 
-Conventions are those of ``benchmarks/run.py`` (whose helpers this reuses): every call
+Conventions are those of ``benchmarks/run.py`` (the helpers of ``benchmarks.measure`` and ``benchmarks.table``): every call
 timed alone with ``perf_counter_ns``, garbage collector paused, warm-up first,
 implementations taking turns every few calls, medians and p95, ratios of medians measured
-in the same run, an environment header, and targets printed as met / missed with exit
+in the same run, an environment header, and goals printed as met / missed with exit
 status 0 (a measurement, never a gate). Reads run with a warm page cache.
 
 What "the same query" is for sqlite3 (one table ``messages(session, id, created_at,
@@ -54,24 +54,10 @@ if __package__ in (None, ""):  # `python benchmarks/history.py`: import from thi
 
 import orjson
 
-from benchmarks.run import (
-    BLOCK_FAST,
-    FAIR_SCHEMA,
-    Group,
-    MessageFactory,
-    Row,
-    Target,
-    environment,
-    fmt_ns,
-    fmt_ratio,
-    fsync_dir,
-    gc_paused,
-    header_lines,
-    interleaved,
-    load_average,
-    settle,
-    to_json,
-)
+from benchmarks.environ import environment, header_lines, load_average
+from benchmarks.measure import BLOCK_FAST, Group, Row, Target, gc_paused, interleaved, settle
+from benchmarks.table import render_markdown, render_text, to_json
+from benchmarks.workload import FAIR_SCHEMA, MessageFactory, fsync_dir
 from jsonl_sessions import SessionStore
 from jsonl_sessions.keys import key_to_stem
 
@@ -280,7 +266,7 @@ class HistoryBench:
         conn = self.conn
         for mode in ("fsync", "flush"):
             durable = mode == "fsync"
-            store = SessionStore(self.root, durability=mode)  # type: ignore[arg-type]
+            store = SessionStore(self.root, durability=mode)
             self.conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             floor_dir = os.path.join(self.base, f"raw-{mode}")
             os.makedirs(floor_dir, exist_ok=True)
@@ -388,40 +374,6 @@ def targets(groups: Sequence[Group], sizes: Sizes) -> list[Target]:
     ]
 
 
-def render_text(env: Mapping[str, Any], mode: str, groups: Sequence[Group], goals: Sequence[Target],
-                elapsed: float) -> str:
-    out = [f"jsonl_sessions history benchmarks ({mode} run, {elapsed:.0f} s)"]
-    out += [f"  {k:<12} {v}" for k, v in header_lines(env, mode, None)]  # type: ignore[arg-type]
-    out += ["", "  vs floor = median / floor median;  vs ours = median / jsonl_sessions median (> 1: slower than ours)",
-            ""]
-    w = 66
-    out.append(f"{'operation / implementation':<{w}} {'median':>10} {'p95':>10} {'vs floor':>9} {'vs ours':>8}")
-    for g in groups:
-        out.append(f"{g.title}  [{g.unit}]")
-        for r in g.rows:
-            out.append(f"  {r.label:<{w - 2}} {fmt_ns(r.median_ns):>10} {fmt_ns(r.p95_ns):>10} "
-                       f"{fmt_ratio(r.vs_floor):>9} {fmt_ratio(r.vs_ours):>8}")
-    out += ["", "targets"]
-    for t in goals:
-        out.append(f"  {'met   ' if t.met else 'MISSED'}  {t.text:<60} {t.measure} = {t.value:.2f}x (need {t.need}x)")
-    return "\n".join(out)
-
-
-def render_markdown(env: Mapping[str, Any], mode: str, groups: Sequence[Group], goals: Sequence[Target]) -> str:
-    out = [f"- {k}: {v}" for k, v in header_lines(env, mode, None)]  # type: ignore[arg-type]
-    out += ["", "| operation | implementation | median | p95 | vs floor | vs ours |", "|---|---|--:|--:|--:|--:|"]
-    for g in groups:
-        for i, r in enumerate(g.rows):
-            op = f"**{g.title}**<br>{g.unit}" if i == 0 else ""
-            name = f"**{r.label}**" if r.impl == g.ours else r.label
-            out.append(f"| {op} | {name} | {fmt_ns(r.median_ns)} | {fmt_ns(r.p95_ns)} | "
-                       f"{fmt_ratio(r.vs_floor)} | {fmt_ratio(r.vs_ours)} |")
-    out += ["", "| target | measured | verdict |", "|---|--:|---|"]
-    for t in goals:
-        out.append(f"| {t.text} | {t.measure} = {t.value:.2f}x (need {t.need}x) | {'met' if t.met else '**missed**'} |")
-    return "\n".join(out)
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.history", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="1k / 10k / 100k sessions, fewer calls (~30 s)")
@@ -469,13 +421,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     elapsed = time.monotonic() - started
     env["loadavg_end"] = load_average()
     goals = targets(groups, sizes)
-    print(render_text(env, mode, groups, goals, elapsed))
+    header = header_lines(env, mode)
+    print(render_text(f"jsonl_sessions history benchmarks ({mode} run, {elapsed:.0f} s)", header, groups, goals))
     if args.markdown:
         print()
-        print(render_markdown(env, mode, groups, goals))
+        print(render_markdown(header, groups, goals))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(to_json(env, mode, sizes, groups, goals, elapsed), f, indent=2)  # type: ignore[arg-type]
+            json.dump(to_json(env, mode, sizes, groups, goals, elapsed), f, indent=2)
             f.write("\n")
     return 0
 

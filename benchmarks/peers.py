@@ -51,26 +51,11 @@ if __package__ in (None, ""):  # `python benchmarks/peers.py` (also the SIGKILL 
 
 import orjson
 
+from benchmarks.environ import environment, header_lines, load_average
 from benchmarks.history import floor_lines_before, label
-from benchmarks.run import (
-    Group,
-    MessageFactory,
-    Msg,
-    Row,
-    SqlitePeer,
-    encoded_lines,
-    environment,
-    fmt_ns,
-    fmt_ratio,
-    gc_paused,
-    header_lines,
-    interleaved,
-    load_average,
-    orjson_floor_load,
-    settle,
-    time_calls,
-    to_json,
-)
+from benchmarks.measure import Group, Row, gc_paused, interleaved, settle, time_calls
+from benchmarks.table import fmt_ns, fmt_ratio, groups_text, header_text, to_json
+from benchmarks.workload import MessageFactory, Msg, SqlitePeer, encoded_lines, orjson_floor_load
 from jsonl_sessions import SessionStore
 from jsonl_sessions.keys import key_to_stem
 
@@ -943,14 +928,14 @@ def read_bytes(path: str) -> bytes:
 # -- output -------------------------------------------------------------------------------
 def peer_lines(env: Mapping[str, Any], mode: str, sizes: Sizes, impls: Sequence[type[Impl]],
                skipped: Mapping[str, str], timed: bool) -> list[tuple[str, str]]:
-    lines = [(k, v) for k, v in header_lines(env, mode, sizes) if k != "timing"]  # type: ignore[arg-type]
     peers = [cls.versions() for cls in impls if cls.dists]
-    lines.append(("peers", ", ".join(peers) if peers else "none in this run"))
-    lines.append(("timing", (f"{mode} run; perf_counter_ns per call, gc paused while timing, a warm-up call first; "
+    timing = ((f"{mode} run; perf_counter_ns per call, gc paused while timing, a warm-up call first; "
                              f"appends: turns every {APPEND_BLOCK} calls; other operations: as many calls as fit "
                              f"~{sizes.budget_s:g} s (min {sizes.min_calls}, max {sizes.max_calls}) in {ROUNDS} "
                              f"turns; timer overhead {env['timer_overhead_ns']:.0f} ns per sample (included)")
-                  if timed else f"{mode} run; nothing timed (--kill-only)"))
+              if timed else f"{mode} run; nothing timed (--kill-only)")
+    lines = header_lines(env, mode, timing)
+    lines.insert(-1, ("peers", ", ".join(peers) if peers else "none in this run"))
     for impl_id, reason in skipped.items():
         lines.append(("skipped", f"{IMPLS[impl_id].name}: {reason}"))
     return lines
@@ -968,20 +953,11 @@ def describe(impls: Sequence[type[Impl]], configs: Mapping[str, str]) -> list[st
 def render_text(env: Mapping[str, Any], mode: str, sizes: Sizes, impls: Sequence[type[Impl]],
                 configs: Mapping[str, str], skipped: Mapping[str, str], groups: Sequence[Group],
                 kills: Sequence[KillResult], elapsed: float, trials: int) -> str:
-    out = [f"jsonl_sessions vs peers ({mode} run, {elapsed:.0f} s)"]
-    out += [f"  {k:<12} {v}" for k, v in peer_lines(env, mode, sizes, impls, skipped, bool(groups))]
+    out = header_text(f"jsonl_sessions vs peers ({mode} run, {elapsed:.0f} s)",
+                      peer_lines(env, mode, sizes, impls, skipped, bool(groups)))
     out += [""] + describe(impls, configs)
     if groups:
-        out += ["", "  vs floor = median / floor median;  vs ours = median / jsonl_sessions median (> 1: slower than ours)",
-                ""]
-        w = max(len(r.label) for g in groups for r in g.rows) + 2
-        out.append(f"{'operation / implementation':<{w}} {'calls':>6} {'median':>10} {'p95':>10} {'vs floor':>9} "
-                   f"{'vs ours':>8}")
-    for g in groups:
-        out.append(f"{g.title}  [{g.unit}]")
-        for r in g.rows:
-            out.append(f"  {r.label:<{w - 2}} {len(r.samples):>6} {fmt_ns(r.median_ns):>10} {fmt_ns(r.p95_ns):>10} "
-                       f"{fmt_ratio(r.vs_floor):>9} {fmt_ratio(r.vs_ours):>8}")
+        out += [""] + groups_text(groups, calls=True, min_width=0)
     if kills:
         out += ["", kill_title(sizes, trials)]
         n = max(len(k.name) for k in kills) + 2
@@ -1212,7 +1188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if note:
             print(f"note: {note}")
     if args.json:
-        data = to_json(env, mode, sizes, groups, [], elapsed)  # type: ignore[arg-type]
+        data = to_json(env, mode, sizes, groups, [], elapsed)
         del data["targets"]
         data["implementations"] = {cls.id: {"name": cls.name, "config": configs.get(cls.id) or cls.config,
                                             "versions": cls.versions(), "api": cls.api,

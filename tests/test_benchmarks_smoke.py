@@ -14,7 +14,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 EXPECTED_ROWS = {
-    "append_flush": {"floor", "jsonl_sessions", "sqlite_wal_normal", "sqlite_bare_normal"},
+    "append_flush": {"floor", "jsonl_sessions", "sqlite_wal_normal", "sqlite_intpk_normal", "sqlite_bare_normal"},
     "append_fsync": {"floor", "jsonl_sessions", "sqlite_wal_full"},
     "append_many_flush": {"floor", "jsonl_sessions", "sqlite_wal_normal"},
     "append_many_fsync": {"floor", "jsonl_sessions", "sqlite_wal_full"},
@@ -25,8 +25,17 @@ EXPECTED_ROWS = {
     "remove_last_fsync": {"floor", "jsonl_sessions_small", "jsonl_sessions", "sqlite_wal_full_small",
                           "sqlite_wal_full"},
 }
-EXPECTED_TARGETS = {"durable_append", "flush_append", "try_load", "try_load_dropped", "remove_last_flush",
-                    "remove_last_fsync"}
+CONCURRENCY = {"jsonl_sessions", "threads_2_one", "threads_2_diff", "threads_4_one", "threads_4_diff",
+               "threads_8_one", "threads_8_diff", "processes_4_one", "processes_4_diff", "floor", "floor_8_one",
+               "floor_8_diff"}
+EXPECTED_ROWS["concurrency_fsync"] = EXPECTED_ROWS["concurrency_latency"] = CONCURRENCY
+# Every ratio of the performance table, each with its goal (None: reported without one).
+EXPECTED_GOALS = {
+    "durable_append": ">= 0.85", "flush_append": ">= 2.0", "try_load": "<= 1.3", "rewrite": "<= 3.0",
+    "append_many": "<= 1.5", "concurrency_threads_8_one": ">= 2.0", "concurrency_threads_8_diff": ">= 2.0",
+    "remove_last_flush": "<= 1.5", "remove_last_fsync": "<= 1.5",
+    **{f"concurrency_{c}": None for c in CONCURRENCY - {"jsonl_sessions", "floor", "threads_8_one", "threads_8_diff"}},
+}
 
 
 @pytest.fixture
@@ -44,7 +53,7 @@ def test_quick_run_reports_every_row_and_cleans_up(
     work = tmp_path / "work"
     work.mkdir()
     results = tmp_path / "results.json"
-    argv = ["--quick", "--scale", "0.01", "--dir", str(work), "--json", str(results), "--markdown"]
+    argv = ["--quick", "--scale", "0.01", "--dir", str(work), "--json", str(results), "--markdown", "--label", "smoke"]
 
     assert bench.main(argv) == 0
 
@@ -59,15 +68,25 @@ def test_quick_run_reports_every_row_and_cleans_up(
         by_impl = {r["impl"]: r for r in group["rows"]}
         assert by_impl["floor"]["vs_floor"] == 1.0
         assert by_impl["jsonl_sessions"]["vs_ours"] == 1.0
-    assert {t["id"] for t in data["targets"]} == EXPECTED_TARGETS
-    assert all(isinstance(t["met"], bool) for t in data["targets"])
+    assert {t["id"]: t["need"] for t in data["targets"]} == EXPECTED_GOALS
+    for t in data["targets"]:
+        assert t["value"] > 0
+        assert t["met"] is None if t["need"] is None else isinstance(t["met"], bool)
     env = data["environment"]
-    for field in ("python", "platform", "cpu_count", "filesystem", "date", "jsonl_sessions", "sqlite"):
+    for field in ("python", "platform", "kernel", "cpu_count", "filesystem", "date", "jsonl_sessions", "orjson",
+                  "sqlite"):
         assert env[field], field
+    assert env["label"] == "smoke"
 
     out = capsys.readouterr().out
-    for heading in ("python", "platform", "cpus", "file system", "date", "versions", "targets"):
-        assert heading in out
+    for heading in ("run", "python", "platform", "kernel", "cpus", "file system", "date", "versions", "goals ("):
+        assert f"  {heading:<12} " in out or heading == "goals (", heading
+    assert "goals (" in out and "| check | measured | goal | verdict |" in out
+    for t in data["targets"]:
+        goal = f"goal {t['need']}x" if t["need"] else "no goal (reported)"
+        verdict = "-" if t["met"] is None else "met" if t["met"] else "MISSED"
+        assert any(t["text"] in line and goal in line and line.lstrip().startswith(verdict)
+                   for line in out.splitlines()), t["id"]
     text, sep, markdown = out.partition("| operation | implementation | median | p95 | vs floor | vs ours |")
     assert sep
     for group in data["groups"]:

@@ -759,5 +759,5 @@ def test_history_benchmark_quick_run(tmp_path: pathlib.Path, capsys: pytest.Capt
             assert row["samples"] > 0 and 0 < row["median_ns"] <= row["p95_ns"]
     assert {t["id"] for t in data["targets"]} == {"page_flat", "count_flat", "copy_vs_raw"}
     text = capsys.readouterr().out
-    assert "targets" in text and "| operation |" in text
+    assert "goals (" in text and "| operation |" in text
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
