@@ -104,3 +104,19 @@ def test_both_entry_points_start(command: list[str]) -> None:
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert "--quick" in done.stdout and "--json" in done.stdout and "--markdown" in done.stdout
+
+
+def test_syscall_listing_runs_for_both_modes(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks import syscalls
+
+    assert syscalls.main(["--dir", str(tmp_path)]) == 0
+
+    out = capsys.readouterr().out
+    for mode in ("fsync", "flush"):
+        section = out.split(f'durability="{mode}"', 1)[1].split("one warm append", 1)[0]
+        assert "seam: " in section and "os: " in section and "strace: " in section
+        assert "write" in section.split("seam: ", 1)[1].splitlines()[0]
+        assert ("fsync" in section.split("seam: ", 1)[1].splitlines()[0]) == (mode == "fsync")
+    assert list(tmp_path.iterdir()) == []  # temp dir removed
