@@ -121,6 +121,12 @@ def test_sdk_conformance_suite_passes_on_a_shared_async_store(tmp_path: pathlib.
     run(run_session_store_conformance(make_store))
 
 
+def test_sdk_conformance_suite_passes_on_another_backend() -> None:
+    from jsonl_sessions.testing import MemorySessionStore  # the whole backend contract, in memory
+
+    run(run_session_store_conformance(lambda: JsonlSessionStore(MemorySessionStore())))
+
+
 # -- mapping -------------------------------------------------------------------------------------------
 def test_entries_round_trip_exactly_with_key_order(root: pathlib.Path) -> None:
     store = JsonlSessionStore(root, durability="flush")

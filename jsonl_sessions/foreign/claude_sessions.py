@@ -4,7 +4,8 @@
 line mapping and the keys) in a store and is what the Claude Agent SDK adapter and the
 ``import --from claude-code`` command run. Every method is blocking.
 
-Guarantees (with :class:`jsonl_sessions.SessionStore`):
+Guarantees (with :class:`jsonl_sessions.SessionStore`, or any backend that has a
+``lock(key)`` guard like it):
 
 - :meth:`ClaudeSessions.append` writes the new entries of a batch as one
   ``append_many``: all or none, also after SIGKILL; on stable storage when it returns in
@@ -35,7 +36,7 @@ from typing import Any
 
 from ..errors import SessionNotFoundError
 from ..ids import now_ms
-from ..store import SessionStore
+from ..protocol import SessionBackend
 from ..types import ChatMessage
 from .claude_code import DEFAULT_PREFIX, ClaudeKey, entry_to_message, message_to_entry, project_prefix
 
@@ -52,7 +53,7 @@ class ClaudeSessions:
     """``ClaudeSessions(store, *, prefix="claude/", fold=None)``: the Claude sessions kept
     in ``store`` under keys starting with ``prefix``; ``fold`` maintains summaries."""
 
-    def __init__(self, store: SessionStore, *, prefix: str = DEFAULT_PREFIX, fold: Fold | None = None) -> None:
+    def __init__(self, store: SessionBackend, *, prefix: str = DEFAULT_PREFIX, fold: Fold | None = None) -> None:
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a string, not {type(prefix).__name__}")
         self.store = store

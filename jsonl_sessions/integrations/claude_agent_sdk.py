@@ -51,8 +51,8 @@ from typing import Any, cast
 
 from ..foreign.claude_code import DEFAULT_PREFIX, ClaudeKey
 from ..foreign.claude_sessions import ClaudeSessions
-from ..store import SessionStore as Backend
-from ._common import StoreLike, finish, open_store
+from ..protocol import SessionBackend
+from ._common import StoreLike, finish, open_store, where
 
 __all__ = ["JsonlSessionStore"]
 
@@ -61,7 +61,8 @@ class JsonlSessionStore(SessionStore):
     """``JsonlSessionStore(store=None, *, prefix="claude/", **store_options)``: Claude
     Agent SDK transcripts in a jsonl_sessions store.
 
-    ``store``: a session store object, an :class:`~jsonl_sessions.AsyncSessionStore`, or
+    ``store``: any session backend (a :class:`~jsonl_sessions.SessionStore`...), an
+    :class:`~jsonl_sessions.AsyncSessionStore`, or
     the path of a store directory, opened with ``store_options`` (``durability``,
     ``lock_timeout``...); None means the directory ``"sessions"`` in the working
     directory. ``prefix`` starts the store key of every Claude session (so they can share
@@ -78,7 +79,7 @@ class JsonlSessionStore(SessionStore):
         self._sessions = ClaudeSessions(open_store(store, store_options), prefix=prefix, fold=fold_session_summary)
 
     @property
-    def store(self) -> Backend:
+    def store(self) -> SessionBackend:
         """The store holding the transcripts."""
         return self._sessions.store
 
@@ -87,7 +88,7 @@ class JsonlSessionStore(SessionStore):
         return self._sessions.prefix
 
     def __repr__(self) -> str:
-        return f"JsonlSessionStore({self.store.root!r}, prefix={self.prefix!r})"
+        return f"JsonlSessionStore({where(self.store)!r}, prefix={self.prefix!r})"
 
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
         """Append the entries not already stored (by ``uuid``) as one write: all of them
