@@ -1,10 +1,10 @@
 """Transcript lines <-> message dicts (orjson).
 
-A line is one JSON object followed by ``\\n``: ``{"id", "created_at", "role", "kind",
-"content", ...extras}`` with the id first, so the last id can be read off a line without
-parsing it. Only JSON values are accepted: ``datetime`` and dataclass instances are
-refused (orjson would silently turn them into strings / objects), as are NaN and the
-infinities (orjson would write ``null``), integers beyond 64 bits, and non-string keys.
+A line is one JSON object followed by ``\\n``, the id first (docs/format.md, "Transcript
+lines", gives the field order and why). Only JSON values are accepted: ``datetime`` and
+dataclass instances are refused (orjson would silently turn them into strings /
+objects), as are NaN and the infinities (orjson would write ``null``), integers beyond
+64 bits, and non-string keys.
 """
 
 from __future__ import annotations

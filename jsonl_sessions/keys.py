@@ -1,17 +1,14 @@
 """Session keys <-> safe, reversible file-name stems.
 
 A key is any non-empty string without NUL (and without lone surrogates, which have no
-UTF-8 form). Its stem keeps ``a-z``, ``0-9``, ``-`` and ``_`` and writes every other
-UTF-8 byte as ``%xx`` (lower-case hex), so a stem:
-
-- never holds ``/``, ``\\``, ``.``, ``:``, NUL or upper-case letters (so no traversal,
-  no hidden files, and no two keys that collide on a case-insensitive file system);
-- never is a reserved Windows device name (``con``, ``nul``, ``com1``... get their first
-  letter escaped) and never starts with ``-`` (escaped too, friendlier to shells);
-- is at most :data:`MAX_STEM` characters: a longer encoding is cut and ends in ``~`` plus
-  32 hex digits of the key's SHA-256. Such a *hashed* stem is not reversible by itself;
-  the key is then read back from the session's sidecar, which the store writes before
-  the transcript.
+UTF-8 form). Its stem is a percent-style escape of the key's UTF-8 bytes (docs/format.md,
+"Files of a session", gives the exact encoding). What that guarantees: a stem never
+leaves ``root`` (no separator, no dot, so no traversal and no hidden file), never
+collides with another key's on a case-insensitive file system, is never a reserved
+Windows device name, never starts with ``-``, and is at most :data:`MAX_STEM`
+characters. A longer key gets a *hashed* stem, which is not reversible by itself: the
+key is then read back from the session's sidecar, which the store writes before the
+transcript.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The sidecar: one small JSON object per session, ``<stem>.meta.json``.
 
 It holds what is not a message: the original key (needed to list a session whose key
-was too long for its file name), the format version, creation and last-metadata-change
-times, the trim-breadcrumb flag, and the session's metadata: ``name``, ``agent_alias``,
-``principal_id`` (owner), run ``state`` / ``turn_id`` / ``state_since``, ``context``
-(object of strings), ``parent`` / ``fork_point`` (set by a fork). Unknown fields are
-kept when the store rewrites it, so a newer writer's fields survive an older one.
+was too long for its file name), the format version, and the session's metadata
+(docs/format.md, "Sidecar", lists every field). Unknown fields are kept when the store
+rewrites it, so a newer writer's fields survive an older one.
 It is always replaced atomically under the session's guard, and written *before* a new
 transcript appears, so an existing transcript always has its key on disk.
 The transcript, not the sidecar, is the truth about messages.
