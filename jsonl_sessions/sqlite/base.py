@@ -1,0 +1,497 @@
+"""The core of the SQLite backend: opening the file, ids, append / load / rewrite / replace.
+
+Every mutation is one SQLite transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``): all or
+nothing, also after SIGKILL or an I/O error (SQLite's WAL), durable when it returns in
+fsync mode (``synchronous=FULL``). Readers run in a read transaction and see one
+committed snapshot without waiting for writers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from .. import codec, ids
+from ..errors import (
+    CorruptTranscriptError,
+    DuplicateMessageError,
+    InvalidMessageError,
+    SessionNotFoundError,
+)
+from ..keys import validate_key
+from ..types import ChatMessage, TimestampedMessage, as_message
+from . import rows
+from .db import Database, Durability
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+MessageLike = ChatMessage | Mapping[str, Any]
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+class SessionRow:
+    """A session's row: its id, counters, meta (raw) and activity time."""
+
+    __slots__ = ("activity_ns", "count", "id", "key", "meta", "size")
+
+    def __init__(self, key: str, row: tuple[int, bytes, int, int, int]) -> None:
+        self.key = key
+        self.id, self.meta, self.count, self.size, self.activity_ns = row
+
+
+_SESSION_COLUMNS = "id, meta, message_count, size_bytes, activity_ns"
+
+
+class SqliteCore:
+    """A session store in one SQLite file: the core (see :class:`SqliteSessionStore`)."""
+
+    #: The data outlives the object: a new instance on the same file sees it.
+    persistent = True
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "fsync",
+        lock_timeout: float | None = 30.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        if durability not in ("fsync", "flush"):
+            raise ValueError(f"durability must be 'fsync' or 'flush', not {durability!r}")
+        if lock_timeout is not None and lock_timeout < 0:
+            raise ValueError("lock_timeout must be >= 0 or None")
+        if max_message_bytes <= 0:
+            raise ValueError("max_message_bytes must be positive")
+        self._path = os.path.abspath(os.fspath(path))
+        self._durability: Durability = durability
+        self._lock_timeout = lock_timeout
+        self._max_message_bytes = max_message_bytes
+        self._clock = clock or ids.now_ms
+        parent = os.path.dirname(self._path)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, mode=0o700, exist_ok=True)
+        self._db = Database(self._path, durability=durability, lock_timeout=lock_timeout)
+
+    # -- properties ----------------------------------------------------------------------
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self._path
+
+    @property
+    def root(self) -> str:
+        """The database file (the JSONL backend's ``root`` is its directory)."""
+        return self._path
+
+    @property
+    def durability(self) -> Durability:
+        return self._durability
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._path!r}, durability={self._durability!r})"
+
+    def close(self) -> None:
+        """Close the store's connections (of every thread). Further calls raise ValueError."""
+        self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- guard ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(self, key: str) -> Iterator[None]:
+        """Hold the store's write lock for a block, making several calls one unit for other
+        writers (re-entrant: the store's methods work inside it). The lock is SQLite's
+        write lock: it covers the whole file, not only ``key``. What the calls inside do
+        is committed (durable, and visible to other connections) when the block ends, even
+        when it raises; a call that raised is undone alone. :class:`LockTimeoutError`
+        after ``lock_timeout``."""
+        validate_key(key)
+        with self._db.write(key, keep_on_error=True):
+            yield
+
+    # -- rows ------------------------------------------------------------------------------
+    def _session(self, c: sqlite3.Connection, key: str) -> SessionRow | None:
+        row = c.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone()
+        return None if row is None else SessionRow(key, row)
+
+    def _rows(self, c: sqlite3.Connection, sid: int, start: int = 0, stop: int | None = None) -> list[tuple[int, bytes]]:
+        """``(seq, line)`` of the rows at positions ``[start, stop)``, in order."""
+        if stop is None:
+            return c.execute("SELECT seq, line FROM messages WHERE session = ? AND seq >= ? ORDER BY seq",
+                             (sid, start)).fetchall()
+        return c.execute("SELECT seq, line FROM messages WHERE session = ? AND seq >= ? AND seq < ? ORDER BY seq",
+                         (sid, start, stop)).fetchall()
+
+    def _offset_of(self, c: sqlite3.Connection, sid: int, seq: int) -> int:
+        """The byte offset of row ``seq`` in the session's export. O(seq): error paths only."""
+        got = c.execute("SELECT total(length(line) + 1) FROM messages WHERE session = ? AND seq < ?",
+                        (sid, seq)).fetchone()[0]
+        return int(got)
+
+    def _last_id(self, c: sqlite3.Connection, sid: int) -> str | None:
+        """The id of the newest row that parses (None: none, or it has no id). O(log n)."""
+        row = c.execute("SELECT id FROM messages WHERE session = ? AND id IS NOT NULL ORDER BY seq DESC LIMIT 1",
+                        (sid,)).fetchone()
+        return None if row is None else (row[0] or None)
+
+    def _has_id(self, c: sqlite3.Connection, sid: int, message_id: str) -> bool:
+        return c.execute("SELECT 1 FROM messages WHERE session = ? AND id = ?", (sid, message_id)).fetchone() is not None
+
+    def _check_clean(self, c: sqlite3.Connection, s: SessionRow, start: int = 0) -> int:
+        """Refuse (:class:`CorruptTranscriptError`) to drop rows from ``start`` on when one of
+        them does not parse: it would be destroyed. The number of messages. O(rows)."""
+        return len(self._strict(c, s, self._rows(c, s.id, start)))
+
+    def _strict(self, c: sqlite3.Connection, s: SessionRow, data: list[tuple[int, bytes]]) -> list[ChatMessage]:
+        """The messages of rows ``data`` (consecutive), or :class:`CorruptTranscriptError`
+        naming the first that does not parse (its byte offset computed only then)."""
+        try:
+            return rows.decode_rows(data, key=s.key, path=self._path, strict=True)
+        except CorruptTranscriptError as exc:
+            if not data or not data[0][0]:
+                raise
+            base = self._offset_of(c, s.id, data[0][0])
+            raise rows.corrupt(s.key, self._path, (exc.line or 1) - 1, base + (exc.offset or 0),
+                               exc.reason or "") from None
+
+    def _insert(self, c: sqlite3.Connection, sid: int, first_seq: int, lines: Sequence[bytes]) -> None:
+        c.executemany(
+            "INSERT INTO messages (session, seq, id, created_at, role, kind, line) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(sid, first_seq + i, *rows.index_of(line), line) for i, line in enumerate(lines)])
+
+    def _create(self, c: sqlite3.Connection, key: str, meta: Mapping[str, Any]) -> int:
+        cur = c.execute("INSERT INTO sessions (key, meta, activity_ns) VALUES (?, ?, ?)",
+                        (key, rows.encode_meta(meta), time.time_ns()))
+        return int(cur.lastrowid or 0)
+
+    def _set_counts(self, c: sqlite3.Connection, sid: int, count: int, size: int) -> None:
+        c.execute("UPDATE sessions SET message_count = ?, size_bytes = ?, activity_ns = ? WHERE id = ?",
+                  (count, size, time.time_ns(), sid))
+
+    def _replace_rows(self, c: sqlite3.Connection, sid: int, lines: Sequence[bytes]) -> None:
+        c.execute("DELETE FROM messages WHERE session = ?", (sid,))
+        self._insert(c, sid, 0, lines)
+        self._set_counts(c, sid, len(lines), rows.sizes(lines))
+
+    def _meta(self, s: SessionRow) -> dict[str, Any]:
+        return rows.decode_meta(s.meta, s.key, self._path)
+
+    def _write_meta(self, c: sqlite3.Connection, s: SessionRow, meta: dict[str, Any]) -> None:
+        meta["updated_at"] = self._clock()
+        c.execute("UPDATE sessions SET meta = ?, activity_ns = ? WHERE id = ?",
+                  (rows.encode_meta(meta), time.time_ns(), s.id))
+
+    def _newest(self, c: sqlite3.Connection, s: SessionRow) -> tuple[int, bytes, dict[str, Any]] | None:
+        """``(seq, line, record)`` of the newest row; None when there is none. A row that does
+        not parse raises :class:`CorruptTranscriptError`. O(log n)."""
+        row = c.execute("SELECT seq, line FROM messages WHERE session = ? ORDER BY seq DESC LIMIT 1",
+                        (s.id,)).fetchone()
+        if row is None:
+            return None
+        seq, line = row
+        try:
+            return seq, line, codec.decode_record(line)
+        except ValueError as exc:
+            raise rows.corrupt(s.key, self._path, seq, s.size - len(line) - 1, str(exc)) from None
+
+    # -- ids and encoding ------------------------------------------------------------------
+    def _assign(self, key: str, messages: Sequence[ChatMessage], previous: str | None,
+                exists: Callable[[str], bool] = lambda _mid: False) -> list[dict[str, Any]]:
+        """Records for ``messages`` with ids (kept when given, new ULIDs otherwise) that
+        strictly increase after ``previous``, and created_at (now when missing). ``exists``
+        tells a duplicate id from one merely out of order."""
+        now = self._clock()
+        records: list[dict[str, Any]] = []
+        prev = previous
+        i, n = 0, len(messages)
+
+        def order_error(mid: str, prev_id: str) -> InvalidMessageError:
+            if any(r["id"] == mid for r in records) or exists(mid):
+                return DuplicateMessageError(key=key, message_id=mid)
+            return InvalidMessageError(key=key, message_id=mid, reason=f"id {mid!r} does not sort after the "
+                                       f"previous id {prev_id!r} (ids in a session must strictly increase)")
+
+        while i < n:
+            m = messages[i]
+            if m.id:
+                if prev is not None and m.id <= prev:
+                    raise order_error(m.id, prev)
+                records.append(codec.record_of(m, m.id, now if m.created_at is None else m.created_at))
+                prev = m.id
+                i += 1
+                continue
+            j = i + 1
+            while j < n and not messages[j].id:
+                j += 1
+            if j == n:
+                fresh: list[str] = []
+                for _ in range(i, j):
+                    nxt = ids.next_id(prev, now)
+                    if nxt is None:
+                        raise InvalidMessageError(key=key, reason=f"no ULID sorts after the custom id {prev!r}; "
+                                                  "give the message an id explicitly")
+                    fresh.append(nxt)
+                    prev = nxt
+            else:
+                if prev is not None and messages[j].id <= prev:
+                    raise order_error(messages[j].id, prev)
+                got = ids.ids_between(prev, messages[j].id, j - i, now)
+                if got is None:
+                    raise InvalidMessageError(key=key, reason=f"no id fits between {prev!r} and "
+                                              f"{messages[j].id!r}; give the messages ids explicitly")
+                fresh = got
+            for m2, mid in zip(messages[i:j], fresh):
+                records.append(codec.record_of(m2, mid, now if m2.created_at is None else m2.created_at))
+            prev = fresh[-1]
+            i = j
+        return records
+
+    def _encode(self, key: str, records: Iterable[dict[str, Any]]) -> list[bytes]:
+        """The lines of ``records`` (without newlines). SerializationError /
+        InvalidMessageError (over ``max_message_bytes``, counting the newline)."""
+        limit = self._max_message_bytes
+        out = []
+        for record in records:
+            line = codec.encode_record(record, key)
+            if len(line) > limit:
+                raise InvalidMessageError(key=key, message_id=record["id"],
+                                          reason=f"message is {len(line)} bytes, over max_message_bytes={limit}")
+            out.append(line[:-1])
+        return out
+
+    # -- reading ---------------------------------------------------------------------------
+    def load(self, key: str) -> list[ChatMessage]:
+        """Every message, oldest first; ``[]`` for a missing session. Lenient: a row that
+        does not parse is skipped with a logged warning, never raised (use :meth:`try_load`
+        before writing a history back). One read transaction. Cost: O(messages)."""
+        return self._load(key, strict=False)
+
+    def try_load(self, key: str) -> list[ChatMessage]:
+        """Every message, oldest first; ``[]`` for a missing or empty session. Raises
+        :class:`CorruptTranscriptError` for a row that does not parse (its line number and
+        byte offset in the session's export). Cost: O(messages)."""
+        return self._load(key, strict=True)
+
+    def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
+        validate_key(key)
+        with self._db.read() as c:
+            s = self._session(c, key)
+            if s is None:
+                return []
+            data = self._rows(c, s.id)
+        return rows.decode_rows(data, key=key, path=self._path, strict=strict)
+
+    def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
+        """Like :meth:`load`, each message with its ``created_at`` as an aware UTC datetime."""
+        out = []
+        for m in self.load(key):
+            ms = m.created_at
+            out.append(TimestampedMessage(m, None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)))
+        return out
+
+    def session_exists(self, key: str) -> bool:
+        """Whether the session exists. O(log sessions)."""
+        validate_key(key)
+        with self._db.read() as c:
+            return c.execute("SELECT 1 FROM sessions WHERE key = ?", (key,)).fetchone() is not None
+
+    def list_sessions(self) -> list[str]:
+        """Every session's key, sorted. O(sessions)."""
+        with self._db.read() as c:
+            return sorted(k for (k,) in c.execute("SELECT key FROM sessions"))
+
+    # -- appending -------------------------------------------------------------------------
+    def append(self, key: str, message: MessageLike) -> str:
+        """Append one message (creating the session if needed); its id. One transaction,
+        durable on return in fsync mode. SerializationError / InvalidMessageError /
+        DuplicateMessageError with nothing written. Cost: O(log n)."""
+        return self.append_many(key, (message,))[0]
+
+    append_message = append
+
+    def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
+        """Append several messages in one transaction (all or none); their ids."""
+        validate_key(key)
+        msgs = [as_message(m) for m in messages]
+        if not msgs:
+            return []
+        with self._db.write(key) as c:
+            s = self._session(c, key)
+            if s is None:
+                records = self._assign(key, msgs, None)
+                lines = self._encode(key, records)
+                sid, count, size = self._create(c, key, rows.new_meta(key, self._clock())), 0, 0
+            else:
+                sid, count, size = s.id, s.count, s.size
+                records = self._assign(key, msgs, self._last_id(c, sid), lambda mid: self._has_id(c, sid, mid))
+                lines = self._encode(key, records)
+            self._insert(c, sid, count, lines)
+            self._set_counts(c, sid, count + len(lines), size + rows.sizes(lines))
+        return [r["id"] for r in records]
+
+    # -- changing the end ------------------------------------------------------------------
+    def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
+        """Remove the newest message; True when one was removed. With ``expected_id``, only
+        when the newest has that id (compare-and-remove). A newest row that does not parse
+        raises :class:`CorruptTranscriptError`, nothing changed. O(log n)."""
+        validate_key(key)
+        with self._db.write(key) as c:
+            s = self._session(c, key)
+            newest = None if s is None else self._newest(c, s)
+            if s is None or newest is None:
+                return False
+            seq, line, record = newest
+            if expected_id is not None and (record.get("id") or "") != expected_id:
+                return False
+            c.execute("DELETE FROM messages WHERE session = ? AND seq = ?", (s.id, seq))
+            self._set_counts(c, s.id, s.count - 1, s.size - len(line) - 1)
+            return True
+
+    def update_last(self, key: str, message: MessageLike, *, expected_id: str | None = None) -> bool:
+        """Replace the newest message; True when one was replaced (with ``expected_id``: only
+        when the newest has that id). The new message keeps the old id and created_at
+        unless it carries its own. One transaction; O(log n). A newest row that does not
+        parse raises :class:`CorruptTranscriptError`, nothing changed."""
+        validate_key(key)
+        m = as_message(message)
+        with self._db.write(key) as c:
+            s = self._session(c, key)
+            newest = None if s is None else self._newest(c, s)
+            if s is None or newest is None:
+                return False
+            seq, old_line, old = newest
+            old_id = old.get("id") or ""
+            if expected_id is not None and old_id != expected_id:
+                return False
+            new_id = m.id or old_id
+            if m.created_at is None and isinstance(old.get("created_at"), int):
+                m = m.replace(created_at=old["created_at"])
+            if new_id != old_id or not new_id:
+                row = c.execute("SELECT id FROM messages WHERE session = ? AND seq < ? AND id IS NOT NULL "
+                                "ORDER BY seq DESC LIMIT 1", (s.id, seq)).fetchone()
+                previous = None if row is None else (row[0] or None)
+                records = self._assign(key, [m.replace(id=new_id)], previous,
+                                       lambda mid: mid != old_id and self._has_id(c, s.id, mid))
+            else:
+                records = [codec.record_of(m, new_id, m.created_at if m.created_at is not None else self._clock())]
+            line = self._encode(key, records)[0]
+            c.execute("DELETE FROM messages WHERE session = ? AND seq = ?", (s.id, seq))
+            self._insert(c, s.id, seq, [line])
+            self._set_counts(c, s.id, s.count, s.size - len(old_line) + len(line))
+            return True
+
+    # -- replacing everything --------------------------------------------------------------
+    def rewrite_messages(self, key: str, messages: Iterable[MessageLike]) -> None:
+        """Replace every message in one transaction (creating the session if needed). Ids
+        are assigned to keep the order increasing. Refuses (:class:`CorruptTranscriptError`,
+        nothing changed) when a current row does not parse. Cost: O(old + new)."""
+        validate_key(key)
+        msgs = [as_message(m) for m in messages]
+        with self._db.write(key) as c:
+            lines = self._encode(key, self._assign(key, msgs, None))
+            s = self._session(c, key)
+            if s is None:
+                sid = self._create(c, key, rows.new_meta(key, self._clock()))
+            else:
+                self._check_clean(c, s)
+                sid = s.id
+            self._replace_rows(c, sid, lines)
+
+    def replace_conversation_state(self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool) -> None:
+        """Replace the messages and the trim-breadcrumb flag in one transaction (one
+        crash-atomic unit). Creates the session if needed."""
+        self._replace_state(key, messages, breadcrumb_present, if_exists=False)
+
+    def replace_conversation_state_if_exists(
+        self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool
+    ) -> bool:
+        """Like :meth:`replace_conversation_state`, but only while the session exists: False,
+        nothing written, when it does not (a deleted session is never recreated: the check
+        and the write are one transaction)."""
+        return self._replace_state(key, messages, breadcrumb_present, if_exists=True)
+
+    def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
+        validate_key(key)
+        msgs = [as_message(m) for m in messages]
+        with self._db.write(key) as c:
+            s = self._session(c, key)
+            if if_exists and s is None:
+                return False
+            lines = self._encode(key, self._assign(key, msgs, None))
+            if s is None:
+                sid = self._create(c, key, rows.new_meta(key, self._clock(), bool(breadcrumb)))
+            else:
+                self._check_clean(c, s)
+                meta = self._meta(s)
+                meta["trim_breadcrumb"] = bool(breadcrumb)
+                self._write_meta(c, s, meta)
+                sid = s.id
+            self._replace_rows(c, sid, lines)
+            return True
+
+    def set_session_trim_breadcrumb(self, key: str, present: bool) -> None:
+        """Record whether the transcript starts with a synthetic trim breadcrumb.
+        :class:`SessionNotFoundError` for a missing session."""
+        self._update(key, lambda meta: meta.__setitem__("trim_breadcrumb", bool(present)))
+
+    def get_session_trim_breadcrumb(self, key: str) -> bool | None:
+        """The recorded flag; None when the session is missing or never set it."""
+        meta = self._meta_of(key)
+        value = None if meta is None else meta.get("trim_breadcrumb")
+        return value if isinstance(value, bool) else None
+
+    def _update(self, key: str, change: Callable[[dict[str, Any]], None]) -> None:
+        """Apply ``change`` to the meta of an existing session in one transaction.
+        :class:`SessionNotFoundError` for a missing session; an unreadable meta raises
+        :class:`CorruptMetadataError` and is never overwritten."""
+        validate_key(key)
+        with self._db.write(key) as c:
+            s = self._session(c, key)
+            if s is None:
+                raise SessionNotFoundError(key=key)
+            meta = self._meta(s)
+            change(meta)
+            self._write_meta(c, s, meta)
+
+    def _meta_of(self, key: str) -> dict[str, Any] | None:
+        """The meta of a session; None when it does not exist. CorruptMetadataError."""
+        validate_key(key)
+        with self._db.read() as c:
+            s = self._session(c, key)
+        return None if s is None else self._meta(s)
+
+    # -- clearing and deleting -------------------------------------------------------------
+    def clear_messages(self, key: str) -> int:
+        """Remove every message, keeping the session and its metadata; the number removed.
+        Refuses a session holding a row that does not parse (:class:`CorruptTranscriptError`)."""
+        validate_key(key)
+        with self._db.write(key) as c:
+            s = self._session(c, key)
+            if s is None:
+                return 0
+            count = self._check_clean(c, s)
+            self._replace_rows(c, s.id, [])
+            return count
+
+    def delete_session(self, key: str) -> bool:
+        """Delete the session (messages and metadata) in one transaction; True if it existed."""
+        validate_key(key)
+        with self._db.write(key) as c:
+            s = self._session(c, key)
+            if s is None:
+                return False
+            c.execute("DELETE FROM messages WHERE session = ?", (s.id,))
+            c.execute("DELETE FROM sessions WHERE id = ?", (s.id,))
+            return True
+

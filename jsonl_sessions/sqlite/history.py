@@ -1,0 +1,397 @@
+"""The message-history API and pagination of the SQLite backend.
+
+Positions are the ``seq`` column (dense: 0..count-1), ids are found through the
+``(session, id)`` index and counts are kept in the session row, so a count is O(1), an id
+lookup O(log n), a window or a page O(log n + page): flat in the session's length. Reads
+run in one read transaction (one snapshot).
+
+Lenient like :meth:`load`: a row that does not parse is skipped with a logged warning; it
+is not a message (it does not count towards a page's ``limit``) but it holds a position
+(``get_message_count`` and ``get_messages`` offsets count it). The mutations are strict.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+
+from ..errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError
+from ..keys import validate_key
+from ..types import ChatMessage, Page
+from . import rows
+from .base import SessionRow, SqliteCore
+
+#: ``whole_turns``: how many rows before a tool result its call is looked for (as the JSONL backend).
+TURN_SEARCH_ROWS = 1024
+
+Row = tuple[int, "int | None", bytes]  # (seq, created_at, line)
+
+
+def _usable_id(message_id: object) -> bool:
+    """Whether ``message_id`` can name a stored message (a str SQLite can bind)."""
+    if not isinstance(message_id, str):
+        return False
+    try:
+        message_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _backward(c: sqlite3.Connection, sid: int, end: int) -> Iterator[Row]:
+    """The rows before position ``end``, newest first, fetched in growing chunks."""
+    chunk = 32
+    while end > 0:
+        got = c.execute("SELECT seq, created_at, line FROM messages WHERE session = ? AND seq < ? "
+                        "ORDER BY seq DESC LIMIT ?", (sid, end, chunk)).fetchall()
+        if not got:
+            return
+        yield from got
+        end = got[-1][0]
+        chunk = min(chunk * 4, 4096)
+
+
+def _forward(c: sqlite3.Connection, sid: int, start: int) -> Iterator[Row]:
+    """The rows from position ``start`` on, oldest first, fetched in growing chunks."""
+    chunk = 32
+    while True:
+        got = c.execute("SELECT seq, created_at, line FROM messages WHERE session = ? AND seq >= ? "
+                        "ORDER BY seq LIMIT ?", (sid, start, chunk)).fetchall()
+        if not got:
+            return
+        yield from got
+        start = got[-1][0] + 1
+        chunk = min(chunk * 4, 4096)
+
+
+class _Rows:
+    """An iterator of rows that rows can be pushed back onto."""
+
+    __slots__ = ("_it", "_pending")
+
+    def __init__(self, it: Iterator[Row]) -> None:
+        self._it = it
+        self._pending: list[Row] = []
+
+    def __iter__(self) -> _Rows:
+        return self
+
+    def __next__(self) -> Row:
+        if self._pending:
+            return self._pending.pop()
+        return next(self._it)
+
+    def push_back(self, items: list[Row]) -> None:
+        self._pending.extend(reversed(items))
+
+
+class _Reading:
+    """The filter of one page read, and the corrupt rows met (seq -> reason)."""
+
+    __slots__ = ("bad", "ts_before")
+
+    def __init__(self, ts_before: int | None) -> None:
+        self.ts_before = ts_before
+        self.bad: dict[int, str] = {}
+
+    def accept(self, row: Row) -> ChatMessage | None:
+        seq, created, line = row
+        if self.ts_before is not None and (created is None or created >= self.ts_before):
+            return None
+        try:
+            return rows.decode(line)
+        except ValueError as exc:
+            self.bad.setdefault(seq, str(exc) or type(exc).__name__)
+            return None
+
+    def warn(self, key: str, path: str) -> None:
+        if self.bad:
+            first = min(self.bad)
+            rows.log.warning("skipped %d corrupt row(s) of session %r in %s; first at line %d: %s",
+                             len(self.bad), key, path, first + 1, self.bad[first])
+
+
+def _decoded(line: bytes) -> ChatMessage | None:
+    try:
+        return rows.decode(line)
+    except ValueError:
+        return None
+
+
+class HistoryMethods(SqliteCore):
+    """Part of :class:`SqliteSessionStore` (which inherits it)."""
+
+    def _seq_of(self, c: sqlite3.Connection, sid: int, message_id: object) -> int | None:
+        """The position of the message with that id (the first, should there be two). O(log n)."""
+        if not _usable_id(message_id):
+            return None
+        row = c.execute("SELECT seq FROM messages WHERE session = ? AND id = ? ORDER BY seq LIMIT 1",
+                        (sid, message_id)).fetchone()
+        return None if row is None else int(row[0])
+
+    def _find_valid(self, c: sqlite3.Connection, s: SessionRow, message_id: str) -> int:
+        """The position of ``message_id`` for a mutation: MessageNotFoundError when absent,
+        CorruptTranscriptError when its row does not parse."""
+        seq = self._seq_of(c, s.id, message_id)
+        if seq is None:
+            raise MessageNotFoundError(key=s.key, message_id=message_id)
+        line = c.execute("SELECT line FROM messages WHERE session = ? AND seq = ?", (s.id, seq)).fetchone()[0]
+        try:
+            rows.decode(line)
+        except ValueError as exc:
+            raise rows.corrupt(s.key, self._path, seq, self._offset_of(c, s.id, seq), str(exc)) from None
+        return seq
+
+    def _existing(self, c: sqlite3.Connection, key: str) -> SessionRow:
+        s = self._session(c, key)
+        if s is None:
+            raise SessionNotFoundError(key=key)
+        return s
+
+    # -- counting and lookup ---------------------------------------------------------------
+    def get_message_count(self, key: str) -> int:
+        """How many messages (rows) the session holds; :class:`SessionNotFoundError` for a
+        missing session. O(1): kept in the session row by every writer."""
+        validate_key(key)
+        with self._db.read() as c:
+            return self._existing(c, key).count
+
+    def get_message(self, key: str, message_id: str) -> ChatMessage | None:
+        """The message with id ``message_id``; None when the session has none (or does not
+        exist, or that row does not parse: logged). O(log n) through the id index."""
+        validate_key(key)
+        if not _usable_id(message_id):
+            return None
+        with self._db.read() as c:
+            row = c.execute("SELECT m.seq, m.line FROM messages m JOIN sessions s ON m.session = s.id "
+                            "WHERE s.key = ? AND m.id = ? ORDER BY m.seq LIMIT 1", (key, message_id)).fetchone()
+        if row is None:
+            return None
+        got = rows.decode_rows([row], key=key, path=self._path, strict=False)
+        return got[0] if got else None
+
+    def get_messages(self, key: str, *, limit: int | None = None, offset: int = 0) -> list[ChatMessage]:
+        """The messages at positions ``[offset, offset + limit)`` (all from ``offset`` when
+        ``limit`` is None), oldest first. :class:`SessionNotFoundError` for a missing
+        session, ValueError for a negative ``limit`` / ``offset``. A row that does not
+        parse is skipped (logged), so concatenated windows equal :meth:`load`.
+        Cost: O(log n + window)."""
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise ValueError(f"limit must be None or an int >= 0, not {limit!r}")
+        if type(offset) is not int or offset < 0:
+            raise ValueError(f"offset must be an int >= 0, not {offset!r}")
+        validate_key(key)
+        with self._db.read() as c:
+            s = self._existing(c, key)
+            if limit == 0:
+                return []
+            data = self._rows(c, s.id, offset, None if limit is None else offset + limit)
+        return rows.decode_rows(data, key=key, path=self._path, strict=False)
+
+    # -- pages -------------------------------------------------------------------------------
+    def page(
+        self,
+        key: str,
+        *,
+        limit: int = 100,
+        before: str | None = None,
+        after: str | None = None,
+        ts_before: int | None = None,
+        breakpoint: bool = False,
+        whole_turns: bool = False,
+    ) -> Page:
+        """One page of messages, oldest first, with the JSONL backend's semantics (see
+        :meth:`jsonl_sessions.SessionStore.page`): no cursor = the ``limit`` newest,
+        ``before=id`` = the ``limit`` newest older than it, ``after=id`` = the ``limit``
+        oldest newer than it (``after=""``: from the first); ``ts_before``, ``breakpoint``
+        and ``whole_turns`` filter, cut and widen the same way. Raises
+        :class:`SessionNotFoundError`, :class:`MessageNotFoundError` (unknown cursor),
+        ValueError (``limit < 1``, both cursors). One read transaction. Cost: O(log n) to
+        find a cursor plus O(page) rows (``ts_before`` reads the rows it skips)."""
+        if type(limit) is not int or limit < 1:
+            raise ValueError(f"limit must be a positive int, not {limit!r}")
+        if before is not None and after is not None:
+            raise ValueError("page takes at most one of before= and after=")
+        if ts_before is not None and type(ts_before) is not int:
+            raise ValueError(f"ts_before must be int milliseconds or None, not {ts_before!r}")
+        validate_key(key)
+        reading = _Reading(ts_before)
+        with self._db.read() as c:
+            s = self._existing(c, key)
+            if after is None:
+                got = self._page_backward(c, s, limit, before, reading, breakpoint, whole_turns)
+            else:
+                got = self._page_forward(c, s, limit, after, reading, breakpoint, whole_turns)
+        reading.warn(key, self._path)
+        return got
+
+    def _cursor(self, c: sqlite3.Connection, s: SessionRow, message_id: str) -> int:
+        seq = self._seq_of(c, s.id, message_id)
+        if seq is None:
+            raise MessageNotFoundError(key=s.key, message_id=message_id)
+        return seq
+
+    def _page_backward(self, c: sqlite3.Connection, s: SessionRow, limit: int, before: str | None,
+                       reading: _Reading, breakpoint: bool, whole_turns: bool) -> Page:
+        end, newer = (s.count, False) if before is None else (self._cursor(c, s, before), True)
+        lines = _Rows(_backward(c, s.id, end))
+        picked: list[tuple[int, ChatMessage]] = []  # newest first
+        newest: int | None = None
+        for row in lines:
+            if newest is None:
+                newest = row[0]
+            message = reading.accept(row)
+            if message is None:
+                continue
+            picked.append((row[0], message))
+            if len(picked) >= limit or (breakpoint and message.kind == "compaction"):
+                break
+        if not picked:
+            return Page([], False, None, None)
+        if whole_turns:
+            self._widen_back(picked, lines, reading)
+        has_more = any(reading.accept(row) is not None for row in lines)
+        newer = newer or picked[0][0] != newest
+        picked.reverse()
+        return Page([m for _, m in picked], has_more, picked[0][1].id if has_more else None,
+                    picked[-1][1].id if newer else None)
+
+    @staticmethod
+    def _widen_back(picked: list[tuple[int, ChatMessage]], lines: _Rows, reading: _Reading) -> None:
+        """Widen a page (``picked``, newest first) back to the call of the tool result it
+        begins with, while it begins with one whose call is among the rows before it."""
+        while True:
+            tool_call_id = rows.tool_call_id_of(picked[-1][1])
+            if tool_call_id is None:
+                return
+            scanned: list[Row] = []
+            call = None
+            for row in lines:
+                scanned.append(row)
+                if b"tool_calls" in row[2]:
+                    found = _decoded(row[2])
+                    if found is not None and rows.calls(found, tool_call_id):
+                        call = found
+                        break
+                if len(scanned) >= TURN_SEARCH_ROWS:
+                    break
+            if call is None:
+                lines.push_back(scanned)
+                return
+            for row in scanned[:-1]:
+                message = reading.accept(row)
+                if message is not None:
+                    picked.append((row[0], message))
+            picked.append((scanned[-1][0], call))  # the call itself, even if the filter would skip it
+
+    def _page_forward(self, c: sqlite3.Connection, s: SessionRow, limit: int, after: str,
+                      reading: _Reading, breakpoint: bool, whole_turns: bool) -> Page:
+        start = 0 if after == "" else self._cursor(c, s, after) + 1
+        lines = _Rows(_forward(c, s.id, start))
+        picked: list[tuple[int, ChatMessage]] = []  # oldest first
+        for row in lines:
+            message = reading.accept(row)
+            if message is not None:
+                picked.append((row[0], message))
+                if len(picked) >= limit:
+                    break
+        if not picked:
+            return Page([], False, None, None)
+        if breakpoint:
+            for i in range(len(picked) - 1, -1, -1):
+                if picked[i][1].kind == "compaction":
+                    del picked[:i]
+                    break
+        if whole_turns:
+            self._extend_forward(c, s, picked, lines, reading)
+        has_more = any(reading.accept(row) is not None for row in lines)
+        older = picked[0][0] != 0
+        return Page([m for _, m in picked], has_more, picked[0][1].id if older else None,
+                    picked[-1][1].id if has_more else None)
+
+    def _extend_forward(self, c: sqlite3.Connection, s: SessionRow, picked: list[tuple[int, ChatMessage]],
+                        lines: _Rows, reading: _Reading) -> None:
+        """Extend a page (``picked``, oldest first) at its newer end while the next message is
+        a tool result whose call is among the rows before it."""
+        while True:
+            skipped: list[Row] = []
+            message = None
+            for row in lines:
+                skipped.append(row)
+                message = reading.accept(row)
+                if message is not None:
+                    break
+            if message is None:
+                return
+            seq = skipped[-1][0]
+            tool_call_id = rows.tool_call_id_of(message)
+            if tool_call_id is None or not self._call_before(c, s.id, seq, tool_call_id):
+                lines.push_back(skipped)
+                return
+            picked.append((seq, message))
+
+    @staticmethod
+    def _call_before(c: sqlite3.Connection, sid: int, seq: int, tool_call_id: str) -> bool:
+        """Whether the call of ``tool_call_id`` is among the TURN_SEARCH_ROWS rows before ``seq``."""
+        for (line,) in c.execute("SELECT line FROM messages WHERE session = ? AND seq < ? AND seq >= ? "
+                                 "ORDER BY seq DESC", (sid, seq, seq - TURN_SEARCH_ROWS)):
+            if b"tool_calls" in line:
+                found = _decoded(line)
+                if found is not None and rows.calls(found, tool_call_id):
+                    return True
+        return False
+
+    # -- fork and revert ---------------------------------------------------------------------
+    def copy_messages(self, source: str, target: str, *, up_to_message_id: str | None = None) -> str | None:
+        """Fork: create ``target`` holding ``source``'s messages up to and including
+        ``up_to_message_id`` (all when None), rows copied verbatim (same ids, timestamps,
+        bytes); record ``parent`` and ``fork_point`` (and the source's breadcrumb flag) in
+        the target's metadata. Returns the fork-point id; None when nothing was copied.
+
+        Raises :class:`SessionNotFoundError` (missing source), :class:`SessionExistsError`
+        (the target exists, also when it is the source), :class:`MessageNotFoundError`
+        (unknown id; nothing created), :class:`CorruptTranscriptError` (the named row does
+        not parse). One transaction: the target appears whole or not at all.
+        Cost: O(log n + copied rows), copied inside SQLite."""
+        validate_key(source)
+        validate_key(target)
+        with self._db.write(source) as c:
+            src = self._existing(c, source)
+            if self._session(c, target) is not None:
+                raise SessionExistsError(key=target)
+            if up_to_message_id is None:
+                end = src.count
+                fork_point = self._last_id(c, src.id)
+            else:
+                end = self._find_valid(c, src, up_to_message_id) + 1
+                fork_point = up_to_message_id
+            source_meta = self._meta(src)
+            meta = rows.new_meta(target, self._clock(), source_meta.get("trim_breadcrumb"))
+            meta["parent"] = source
+            meta["fork_point"] = fork_point
+            sid = self._create(c, target, meta)
+            c.execute("INSERT INTO messages (session, seq, id, created_at, role, kind, line) "
+                      "SELECT ?, seq, id, created_at, role, kind, line FROM messages WHERE session = ? AND seq < ?",
+                      (sid, src.id, end))
+            count, size = c.execute("SELECT count(*), total(length(line) + 1) FROM messages WHERE session = ?",
+                                    (sid,)).fetchone()
+            self._set_counts(c, sid, int(count), int(size))
+        return fork_point
+
+    def truncate_messages(self, key: str, up_to_message_id: str) -> int:
+        """Revert: keep the messages up to and including ``up_to_message_id``, remove the
+        newer ones; how many were removed. Raises :class:`SessionNotFoundError`,
+        :class:`MessageNotFoundError` (unknown id) and :class:`CorruptTranscriptError` (a
+        removed row, or the named one, does not parse), each with nothing changed. One
+        transaction. Cost: O(log n + removed rows)."""
+        validate_key(key)
+        with self._db.write(key) as c:
+            s = self._existing(c, key)
+            keep = self._find_valid(c, s, up_to_message_id) + 1
+            removed = self._rows(c, s.id, keep)
+            if not removed:
+                return 0
+            self._strict(c, s, removed)
+            c.execute("DELETE FROM messages WHERE session = ? AND seq >= ?", (s.id, keep))
+            self._set_counts(c, s.id, keep, s.size - rows.sizes([line for _, line in removed]))
+            return len(removed)

@@ -1,0 +1,295 @@
+"""Session metadata and lifecycle of the SQLite backend: names, attribution, ownership,
+run state, TTL cleanup, search and compact/repair.
+
+The same rules as the JSONL backend's: setters never create a session
+(:class:`SessionNotFoundError`), each is one transaction that reads the session's
+``meta``, changes it and writes it back; a ``meta`` that cannot be read
+(:class:`CorruptMetadataError`) is never overwritten. Getters read one snapshot; the
+single-session getters raise :class:`CorruptMetadataError` for an unreadable ``meta``,
+the listings log a warning and list the session with what its row tells.
+Activity (``updated_at``, the order of ``search``, the TTL of ``cleanup_stale``) is the
+wall-clock time of the session's last change, kept in its row.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+from ..errors import CorruptMetadataError, SessionNotFoundError
+from ..keys import validate_key
+from ..types import SESSION_STATES, SessionMetadata, SessionQuery, SessionState
+from . import rows
+from .base import SessionRow, SqliteCore
+
+_ALL = "SELECT key, id, meta, message_count, size_bytes, activity_ns FROM sessions"
+
+
+class MetadataMethods(SqliteCore):
+    """Part of :class:`SqliteSessionStore` (which inherits it)."""
+
+    # -- looking at sessions -------------------------------------------------------------
+    def _all(self, c: sqlite3.Connection) -> Iterator[tuple[SessionRow, dict[str, Any] | None]]:
+        """Every session with its meta (None when unreadable: logged), in key order."""
+        found = [SessionRow(r[0], r[1:]) for r in c.execute(_ALL)]
+        found.sort(key=lambda s: s.key)
+        for s in found:
+            try:
+                yield s, self._meta(s)
+            except CorruptMetadataError as exc:
+                rows.log.warning("%s", exc)
+                yield s, None
+
+    @staticmethod
+    def _describe(s: SessionRow, meta: Mapping[str, Any] | None) -> SessionMetadata:
+        return rows.metadata(s.key, meta, s.count, s.size, s.activity_ns)
+
+    def _where(self, keep: Callable[[SessionRow, dict[str, Any] | None], bool]) -> list[SessionMetadata]:
+        with self._db.read() as c:
+            return [self._describe(s, meta) for s, meta in self._all(c) if keep(s, meta)]
+
+    def get_session_metadata(self, key: str) -> SessionMetadata | None:
+        """The session's metadata; None when it does not exist. O(log sessions): counts and
+        sizes are kept in the session row. :class:`CorruptMetadataError` for an unreadable meta."""
+        validate_key(key)
+        with self._db.read() as c:
+            s = self._session(c, key)
+        return None if s is None else self._describe(s, self._meta(s))
+
+    def list_sessions_with_metadata(self) -> list[SessionMetadata]:
+        """Every session's metadata, in key order (one snapshot). O(sessions)."""
+        return self._where(lambda _s, _meta: True)
+
+    # -- setters and getters ------------------------------------------------------------
+    def set_session_name(self, key: str, name: str) -> None:
+        """Set the name (any string). :class:`SessionNotFoundError` for a missing session."""
+        value = rows.check_text("name", name)
+        self._update(key, lambda meta: meta.__setitem__("name", value))
+
+    def get_session_name(self, key: str) -> str | None:
+        return rows.text(self._meta_of(key), "name")
+
+    def set_session_agent_alias(self, key: str, agent_alias: str) -> None:
+        """Record the agent alias. :class:`SessionNotFoundError` for a missing session."""
+        value = rows.check_text("agent_alias", agent_alias)
+        self._update(key, lambda meta: meta.__setitem__("agent_alias", value))
+
+    def get_session_agent_alias(self, key: str) -> str | None:
+        return rows.text(self._meta_of(key), "agent_alias")
+
+    def set_session_context(self, key: str, context: Mapping[str, str]) -> None:
+        """Replace the context (a str -> str map; ``{}`` clears it). TypeError / ValueError
+        for a bad value; :class:`SessionNotFoundError` for a missing session."""
+        if not isinstance(context, Mapping):
+            raise TypeError(f"context must be a mapping of str to str, not {type(context).__name__}")
+        value = {rows.check_text("context key", k): rows.check_text(f"context[{k!r}]", v) for k, v in context.items()}
+        self._update(key, lambda meta: meta.__setitem__("context", value))
+
+    def set_session_principal(self, key: str, principal_id: str) -> None:
+        """Record the owning principal (non-empty). :class:`SessionNotFoundError` for a
+        missing session."""
+        value = rows.check_text("principal_id", principal_id, empty=False)
+        self._update(key, lambda meta: meta.__setitem__("principal_id", value))
+
+    def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
+        """Delete the session only when its recorded principal equals ``owner_principal_id``;
+        True when deleted. Fails closed (missing session, no owner, another owner, "" ->
+        False, nothing deleted). Check and delete are one transaction. An unreadable meta
+        raises :class:`CorruptMetadataError` (nothing deleted)."""
+        owner = rows.check_text("owner_principal_id", owner_principal_id)
+        validate_key(key)
+        with self._db.write(key) as c:
+            s = self._session(c, key)
+            if not owner or s is None or rows.text(self._meta(s), "principal_id") != owner:
+                return False
+            return self.delete_session(key)
+
+    # -- run state ------------------------------------------------------------------------
+    def set_session_state(self, key: str, state: str, turn_id: str | None = None) -> None:
+        """Set the run state (``idle``, ``running``, ``error``; else ValueError) and turn
+        (cleared on ``idle``). ``since`` changes only when the state or the turn changes.
+        :class:`SessionNotFoundError` for a missing session."""
+        if not isinstance(state, str) or state not in SESSION_STATES:
+            raise ValueError(f"state must be one of {sorted(SESSION_STATES)}, not {state!r}")
+        turn = None if turn_id is None else rows.check_text("turn_id", turn_id)
+        if state == "idle":
+            turn = None
+
+        def change(meta: dict[str, Any]) -> None:
+            same = meta.get("state") == state and meta.get("turn_id") == turn
+            if not (same and rows.millis(meta, "state_since") is not None):
+                meta["state_since"] = self._clock()
+            meta["state"] = state
+            meta["turn_id"] = turn
+
+        self._update(key, change)
+
+    def get_session_state(self, key: str) -> SessionState | None:
+        """The run state; None when the session is missing or never had one."""
+        meta = self._meta_of(key)
+        state = rows.state_of(meta)
+        if meta is None or state is None:
+            return None
+        since = rows.millis(meta, "state_since")
+        if since is None:
+            since = rows.millis(meta, "updated_at") or 0
+        return SessionState(state, rows.text(meta, "turn_id"), rows.EPOCH + timedelta(milliseconds=since))
+
+    def list_running_sessions(self) -> list[SessionMetadata]:
+        """Every session in state ``running``, in key order."""
+        return self._where(lambda _s, meta: rows.state_of(meta) == "running")
+
+    def list_stuck_sessions(self, threshold_secs: float) -> list[SessionMetadata]:
+        """Every session that entered ``running`` more than ``threshold_secs`` ago (store clock)."""
+        threshold_ms = rows.check_number("threshold_secs", threshold_secs) * 1000
+        now = self._clock()
+
+        def stuck(_s: SessionRow, meta: dict[str, Any] | None) -> bool:
+            since = rows.millis(meta, "state_since")
+            return rows.state_of(meta) == "running" and since is not None and now - since > threshold_ms
+
+        return self._where(stuck)
+
+    # -- attribution ----------------------------------------------------------------------
+    def count_agent_attribution(self, agent_alias: str) -> int:
+        """How many sessions are attributed to ``agent_alias``."""
+        alias = rows.check_text("agent_alias", agent_alias)
+        return len(self._where(lambda _s, meta: rows.text(meta, "agent_alias") == alias))
+
+    def rename_agent_attribution(self, old_alias: str, new_alias: str) -> int:
+        """Re-attribute every session of ``old_alias`` to ``new_alias`` in one transaction;
+        the number changed (equal aliases: nothing written, the count returned)."""
+        old = rows.check_text("old_alias", old_alias)
+        new = rows.check_text("new_alias", new_alias)
+        if old == new:
+            return self.count_agent_attribution(old)
+        return self._reattribute(old, new)
+
+    def clear_agent_attribution(self, agent_alias: str) -> int:
+        """Remove the attribution to ``agent_alias`` from every session; the number changed."""
+        return self._reattribute(rows.check_text("agent_alias", agent_alias), None)
+
+    def _reattribute(self, old: str, new: str | None) -> int:
+        changed = 0
+        with self._db.write(None) as c:
+            for s, meta in list(self._all(c)):
+                if meta is None or rows.text(meta, "agent_alias") != old:
+                    continue
+                meta["agent_alias"] = new
+                self._write_meta(c, s, meta)
+                changed += 1
+        return changed
+
+    # -- TTL cleanup ----------------------------------------------------------------------
+    def cleanup_stale(self, ttl_hours: float) -> int:
+        """Delete every session whose last change is older than ``ttl_hours`` (wall clock);
+        the number deleted. Never a ``running`` session, nor one whose meta is unreadable
+        (its state is unknown: logged). One transaction. Cost: O(sessions + deleted rows)."""
+        cutoff = time.time_ns() - int(rows.check_number("ttl_hours", ttl_hours) * 3600e9)
+        removed = 0
+        with self._db.write(None) as c:
+            for s, meta in list(self._all(c)):
+                if meta is not None and rows.state_of(meta) != "running" and s.activity_ns < cutoff:
+                    removed += self.delete_session(s.key)
+        return removed
+
+    # -- search ---------------------------------------------------------------------------
+    def search(self, query: SessionQuery) -> list[SessionMetadata]:
+        """Sessions whose name or message text contains ``query.keyword``, newest activity
+        first (ties: key order), at most ``query.limit`` (None: all), only those attributed
+        to ``query.agent_alias`` when given. Matching is the JSONL backend's exactly:
+        ``str.casefold`` on both sides, message text = a string content, or the strings and
+        ``"text"`` fields of a list content (or of one part object). An empty keyword
+        matches every session.
+
+        A scan (not FTS5: SQLite's full-text case folding is not ``str.casefold``, so it
+        would match differently from the JSONL backend): rows are read in order of
+        activity, a pure-ASCII row that cannot hold the keyword is ruled out without
+        decoding, and the scan stops once ``limit`` sessions matched. One snapshot.
+        Cost: O(bytes of the sessions scanned)."""
+        if not isinstance(query, SessionQuery):
+            raise TypeError(f"query must be a SessionQuery, not {type(query).__name__}")
+        needle = rows.check_text("keyword", query.keyword).casefold()
+        limit = query.limit
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit must be None or an int >= 0, not {limit!r}")
+        alias = None if query.agent_alias is None else rows.check_text("agent_alias", query.agent_alias)
+        ascii_needle = needle.encode("ascii") if needle.isascii() else None
+        out: list[SessionMetadata] = []
+        with self._db.read() as c:
+            found = [(s, meta) for s, meta in self._all(c) if alias is None or rows.text(meta, "agent_alias") == alias]
+            found.sort(key=lambda item: (-item[0].activity_ns, item[0].key))
+            for s, meta in found:
+                if limit is not None and len(out) >= limit:
+                    break
+                name = rows.text(meta, "name")
+                if (not needle or (name is not None and needle in name.casefold())
+                        or any(rows.mentions(line, needle, ascii_needle)
+                               for (line,) in c.execute("SELECT line FROM messages WHERE session = ?", (s.id,)))):
+                    out.append(self._describe(s, meta))
+        return out
+
+    # -- compact / repair -----------------------------------------------------------------
+    def compact(self, key: str, *, repair: bool = False) -> int:
+        """Drop exact duplicates (a row with the same id and bytes as an earlier one; rows
+        without an id are never duplicates); the number of rows dropped (0: nothing
+        written). Order and bytes of the rest are kept.
+
+        Refuses, with :class:`CorruptTranscriptError` naming the first such row and nothing
+        changed, a session holding a row that does not parse or a second row with an
+        earlier row's id but other bytes, unless ``repair=True``: then every row of the
+        session is first copied to the ``quarantine`` table (with the key and the time;
+        never removed by the store) and the rewrite keeps every row that parses (of rows
+        sharing an id, the first). One transaction. :class:`SessionNotFoundError` for a
+        missing session. Cost: O(rows)."""
+        validate_key(key)
+        with self._db.write(key) as c:
+            s = self._session(c, key)
+            if s is None:
+                raise SessionNotFoundError(key=key)
+            data = self._rows(c, s.id)
+            kept, dropped, problem = _plan(data)
+            if problem is not None:
+                seq, offset, reason = problem
+                if not repair:
+                    raise rows.corrupt(key, self._path, seq, offset, reason)
+                taken = self._clock()
+                c.executemany("INSERT INTO quarantine (session_key, taken_at, seq, line) VALUES (?, ?, ?, ?)",
+                              [(key, taken, seq, line) for seq, line in data])
+                rows.log.warning("compact(repair=True) of session %r: its %d original rows are kept in the "
+                                 "quarantine table of %s (taken_at=%d)", key, len(data), self._path, taken)
+            if dropped:
+                self._replace_rows(c, s.id, kept)
+            return dropped
+
+
+def _plan(data: list[tuple[int, bytes]]) -> tuple[list[bytes], int, tuple[int, int, str] | None]:
+    """What compact keeps: the kept lines, how many rows it drops, and the first row only
+    ``repair`` may drop (seq, offset, reason) or None."""
+    kept: list[bytes] = []
+    seen: dict[str, bytes] = {}
+    dropped = 0
+    problem: tuple[int, int, str] | None = None
+    offset = 0
+    for seq, line in data:
+        try:
+            message = rows.decode(line)
+        except ValueError as exc:
+            dropped += 1
+            problem = problem or (seq, offset, str(exc) or type(exc).__name__)
+        else:
+            first = seen.get(message.id) if message.id else None
+            if first is None:
+                if message.id:
+                    seen[message.id] = line
+                kept.append(line)
+            else:
+                dropped += 1
+                if first != line:
+                    reason = f"id {message.id!r} is already used by an earlier, different row"
+                    problem = problem or (seq, offset, reason)
+        offset += len(line) + 1
+    return kept, dropped, problem

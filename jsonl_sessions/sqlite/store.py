@@ -1,0 +1,48 @@
+"""SqliteSessionStore: the session store in one SQLite file, put together.
+
+The core (file, transactions, append/load/rewrite/replace) is in base.py; the history
+API and pages in history.py; metadata and lifecycle in metadata.py; the health check in
+verify.py. Each part is a class built on :class:`SqliteCore`; this one joins them.
+"""
+
+from __future__ import annotations
+
+from .history import HistoryMethods
+from .metadata import MetadataMethods
+from .verify import VerifyReport, verify
+
+
+class SqliteSessionStore(HistoryMethods, MetadataMethods):
+    """Sessions in one SQLite file, with the API, semantics and errors of
+    :class:`jsonl_sessions.SessionStore`.
+
+    ``SqliteSessionStore(path, *, durability="fsync", lock_timeout=30.0,
+    max_message_bytes=16 MiB, clock=None)``. ``path`` is the database file (created 0600,
+    with its directory, if missing; its WAL files sit next to it). Thread-safe (one
+    connection per thread); several processes may open the same file at once.
+
+    - Every mutation is one SQLite transaction: all or nothing, also after SIGKILL or an
+      I/O error. ``durability="fsync"`` (``synchronous=FULL``): durable when it returns;
+      ``"flush"`` (``synchronous=NORMAL``): survives a process crash, the last commits
+      may be lost on a power loss.
+    - Writers serialise on SQLite's write lock (``BEGIN IMMEDIATE``, waited for up to
+      ``lock_timeout`` seconds, then :class:`LockTimeoutError`): one lock for the whole
+      file, where the JSONL backend has one per session.
+    - Messages are stored as the exact JSON lines the JSONL backend writes, so an export
+      is byte-identical; counts, id lookups, windows and pages use indexes (O(1) /
+      O(log n) / O(log n + page), flat in the session's length).
+    - A row whose line does not parse is corruption: :meth:`load` skips it (logged),
+      :meth:`try_load` and every write that would destroy it raise
+      :class:`CorruptTranscriptError` (line and byte offset as in the export). Nothing is
+      deleted silently (``compact(repair=True)`` keeps what it drops in a quarantine
+      table). :meth:`verify` checks the file.
+    """
+
+    def verify(self) -> VerifyReport:
+        """A read-only health check (``PRAGMA integrity_check`` plus the store's own
+        invariants); see :mod:`jsonl_sessions.sqlite.verify`. Cost: O(total bytes)."""
+        with self._db.read() as c:
+            return verify(c, self._path)
+
+
+__all__ = ["SqliteSessionStore"]
