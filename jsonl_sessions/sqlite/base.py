@@ -24,14 +24,13 @@ from ..errors import (
     SessionNotFoundError,
 )
 from ..keys import validate_key
-from ..types import ChatMessage, TimestampedMessage, as_message
+from ..types import ChatMessage, Durability, MessageLike, TimestampedMessage, as_message
 from . import rows
-from .db import Database, Durability
+from .db import Database
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-MessageLike = ChatMessage | Mapping[str, Any]
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 

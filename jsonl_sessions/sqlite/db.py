@@ -24,12 +24,11 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator
-from typing import Literal
 
 from ..errors import LockTimeoutError
+from ..types import Durability
 from .schema import is_current, upgrade
 
-Durability = Literal["fsync", "flush"]
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6  # result codes (named in sqlite3 from Python 3.11 on)
 #: The busy timeout used for ``lock_timeout=None`` (waited in a loop: forever).
 _FOREVER_SLICE = 3600.0
@@ -75,12 +74,12 @@ class Database:
     # -- connections --------------------------------------------------------------------
     def conn(self) -> sqlite3.Connection:
         """This thread's connection (a new one after a fork)."""
+        if self._closed:
+            raise ValueError(f"the session store {self.path} is closed")
         local = self._local
         conn = local.conn
         if conn is not None and local.pid == os.getpid():
             return conn
-        if self._closed:
-            raise ValueError(f"the session store {self.path} is closed")
         timeout = _FOREVER_SLICE if self._lock_timeout is None else self._lock_timeout
         conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False,
                                cached_statements=128)

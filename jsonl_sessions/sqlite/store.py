@@ -7,6 +7,8 @@ verify.py. Each part is a class built on :class:`SqliteCore`; this one joins the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .history import HistoryMethods
 from .metadata import MetadataMethods
 from .verify import VerifyReport, verify
@@ -43,6 +45,13 @@ class SqliteSessionStore(HistoryMethods, MetadataMethods):
         invariants); see :mod:`jsonl_sessions.sqlite.verify`. Cost: O(total bytes)."""
         with self._db.read() as c:
             return verify(c, self._path)
+
+
+if TYPE_CHECKING:  # mypy checks that the store satisfies the backend contract
+    from ..protocol import SessionBackend
+
+    def _is_a_backend(store: SqliteSessionStore) -> SessionBackend:
+        return store
 
 
 __all__ = ["SqliteSessionStore"]
