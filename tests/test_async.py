@@ -11,20 +11,58 @@ import time
 
 import pytest
 
-from jsonl_sessions import AsyncSessionStore, ChatMessage, Page, SessionNotFoundError, SessionStore, aio
+from jsonl_sessions import AsyncSessionStore, ChatMessage, Page, SessionNotFoundError, SessionStore
+from jsonl_sessions.protocol import AsyncSessionBackend, backend_methods
 
 
-def test_every_public_method_is_a_coroutine_with_the_same_signature() -> None:
-    public = {name for name, value in inspect.getmembers(SessionStore, inspect.isfunction) if not name.startswith("_")}
-    assert "page" in public and "copy_messages" in public and "append" in public  # the lists are not empty
-    assert set(aio.WRAPPED) == public - {"lock", "close"}
-    assert aio.NOT_WRAPPED == {"lock"}
-    for name in aio.WRAPPED:
+def test_every_backend_method_is_a_coroutine_with_the_same_signature() -> None:
+    """Every method of the backend contract is a coroutine of AsyncSessionStore with the
+    store's signature and docstring; AsyncSessionStore satisfies the async contract."""
+    names = backend_methods()
+    assert {"append", "page", "copy_messages", "search"} <= set(names)  # the listing sees the contract
+    for name in names:
         method = getattr(AsyncSessionStore, name)
         assert inspect.iscoroutinefunction(method), name
         assert inspect.signature(method) == inspect.signature(getattr(SessionStore, name)), name
         assert method.__doc__ == getattr(SessionStore, name).__doc__
+        assert inspect.iscoroutinefunction(getattr(AsyncSessionBackend, name)), name
+    # A guard is bound to the thread holding it: it cannot be held across awaits.
     assert not hasattr(AsyncSessionStore, "lock")
+
+
+def test_every_coroutine_runs_its_method_off_the_event_loop_thread(tmp_path: pathlib.Path) -> None:
+    """Each coroutine calls the store's method of the same name in a worker thread, with
+    the caller's arguments unchanged, and returns its result or raises its exception."""
+    store = SessionStore(tmp_path / "s", durability="flush")
+    calls: dict[str, tuple[int, tuple[object, ...], dict[str, object]]] = {}
+
+    def spy(name: str) -> object:
+        def method(*args: object, **kwargs: object) -> object:
+            calls[name] = (threading.get_ident(), args, kwargs)
+            if name == "delete_session":
+                raise SessionNotFoundError(key=str(args[0]))
+            return (name, args)
+        return method
+
+    names = backend_methods()
+    for name in names:
+        setattr(store, name, spy(name))  # instance attributes shadow the real methods
+
+    async def main() -> int:
+        astore = AsyncSessionStore.wrapping(store)
+        for name in names:
+            if name == "delete_session":
+                with pytest.raises(SessionNotFoundError):
+                    await astore.delete_session("k", 1, flag=True)
+            else:
+                assert await getattr(astore, name)("k", 1, flag=True) == (name, ("k", 1))
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert sorted(calls) == sorted(names), "a coroutine did not call its method"
+    for name, (thread, args, kwargs) in calls.items():
+        assert thread != loop_thread, f"{name} ran on the event loop's thread"
+        assert (args, kwargs) == (("k", 1), {"flag": True}), name
 
 
 def test_calls_return_and_raise_like_the_store(tmp_path: pathlib.Path) -> None:

@@ -186,8 +186,32 @@ def trial_seed(workload: str, trial: int) -> int:
     return BASE_SEED * 1000 + list(TRIALS).index(workload) * 100 + trial
 
 
-def test_ci_runs_at_least_30_sigkill_trials() -> None:
-    assert sum(TRIALS.values()) >= 30
+def test_the_crash_checker_rejects_a_lost_or_invented_mutation(tmp_path: pathlib.Path) -> None:
+    """The check every SIGKILL trial ends with accepts exactly "acknowledged" and "that
+    plus the one in flight": a store missing an acknowledged append, or holding one that
+    was never begun, fails it."""
+
+    def store_holding(name: str, tokens: list[str]) -> tuple[pathlib.Path, list[str]]:
+        root = tmp_path / name
+        ids = SessionStore(root, durability="flush").append_many(KEY, [{"role": "user", "content": t} for t in tokens])
+        return root, ids
+
+    def begin(token: str) -> dict[str, Any]:
+        return {"ev": "begin", "op": "append", "tokens": [token]}
+
+    root, ids = store_holding("acked", ["t0"])
+    events = [begin("t0"), {"ev": "ack", "ids": ids}, begin("t1")]
+    assert check_after_kill(root, events, "in flight, not landed") == "acked"
+    root, ids = store_holding("landed", ["t0", "t1"])
+    assert check_after_kill(root, [begin("t0"), {"ev": "ack", "ids": ids[:1]}, begin("t1")],
+                            "in flight, landed") == "in-flight landed"
+    root, ids = store_holding("lost", ["t0"])
+    lost = [begin("t0"), {"ev": "ack", "ids": ids}, begin("t1"), {"ev": "ack", "ids": ["7" + "Z" * 25]}]
+    with pytest.raises(AssertionError, match="neither the acknowledged one"):
+        check_after_kill(root, lost, "an acknowledged append lost")
+    root, ids = store_holding("invented", ["t0", "t1", "t2"])
+    with pytest.raises(AssertionError, match="neither the acknowledged one"):
+        check_after_kill(root, [begin("t0"), {"ev": "ack", "ids": ids[:1]}, begin("t1")], "an append never begun")
 
 
 @pytest.mark.parametrize(("workload", "trial"), CASES, ids=[f"{w}-{i}" for w, i in CASES])

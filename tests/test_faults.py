@@ -1,6 +1,6 @@
 """I/O errors at every step of every mutation, through the one platform seam.
 
-For each mutation and each kind of OS call in :data:`faults.KINDS`, the Nth call of that
+For each mutation and each kind of OS call in :data:`jsonl_sessions.testing.faults.KINDS`, the Nth call of that
 kind fails, for N = 1, 2, ... until the mutation completes without meeting the fault;
 once transient (only call N fails), once persistent (every call from N on fails: the
 store's own cleanup and recovery fail too), and for write / pwrite once torn (half the
@@ -29,10 +29,11 @@ from typing import Any
 
 import pytest
 from _summary import record
-from faults import ERRNOS, KINDS, TORN_KINDS, Injector
 
 from jsonl_sessions import SessionStore, SessionStoreError
 from jsonl_sessions.locks import REGISTRY
+from jsonl_sessions.testing.faults import ERRNOS, KINDS, TORN_KINDS
+from jsonl_sessions.testing.faults import FaultInjector as Injector
 
 KEY = "faulty"
 MAX_N = 500

@@ -21,7 +21,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from faults import Injector
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -38,6 +37,7 @@ from jsonl_sessions import (
     codec,
     transcript,
 )
+from jsonl_sessions.testing.faults import FaultInjector as Injector
 
 START_MS = 1_750_000_000_000
 HOUR_NS = 3600 * 10**9
