@@ -3,8 +3,8 @@ truncate_messages (revert) and page, against plain-list expectations; their cost
 measured by the bytes they read through the platform seam (never by time); and
 staleness: other store instances and another process change the session in between.
 
-``model_page`` is the reference semantics of ``page`` (also used by the state machine
-in test_history_machine.py).
+``model_page`` is the reference semantics of ``page``, from the harness's reference model
+(``jsonl_sessions.testing.reference``).
 """
 
 from __future__ import annotations
@@ -39,76 +39,12 @@ from jsonl_sessions import (
 )
 from jsonl_sessions import ids as ulid
 from jsonl_sessions.keys import key_to_stem
+from jsonl_sessions.testing import reference
 
 BOM = b"\xef\xbb\xbf"
 
-# -- reference semantics of page() ----------------------------------------------------------
-
-
-def _tool_call_id(m: ChatMessage) -> str | None:
-    value = m.extra.get("tool_call_id")
-    return value if isinstance(value, str) else None
-
-
-def _is_call(m: ChatMessage, tool_call_id: str) -> bool:
-    calls = m.extra.get("tool_calls")
-    return isinstance(calls, list) and any(isinstance(c, dict) and c.get("id") == tool_call_id for c in calls)
-
-
-def _call_index(msgs: list[ChatMessage], i: int, tool_call_id: str) -> int | None:
-    for j in range(i - 1, max(-1, i - 1 - history.TURN_SEARCH_LINES), -1):
-        if _is_call(msgs[j], tool_call_id):
-            return j
-    return None
-
-
-def model_page(msgs: list[ChatMessage], *, limit: int = 100, before: str | None = None, after: str | None = None,
-               ts_before: int | None = None, breakpoint: bool = False, whole_turns: bool = False) -> Page:
-    """What page() must return for a clean transcript holding ``msgs`` (oldest first)."""
-
-    def ok(m: ChatMessage) -> bool:
-        return ts_before is None or (m.created_at is not None and m.created_at < ts_before)
-
-    ids = [m.id for m in msgs]
-    n = len(msgs)
-    if after is None:
-        end = n if before is None else ids.index(before)
-        window = [i for i in range(end) if ok(msgs[i])][-limit:]
-        if breakpoint:
-            marks = [i for i in window if msgs[i].kind == "compaction"]
-            if marks:
-                window = [i for i in window if i >= marks[-1]]
-        while whole_turns and window:
-            tool_call_id = _tool_call_id(msgs[window[0]])
-            call = None if tool_call_id is None else _call_index(msgs, window[0], tool_call_id)
-            if call is None:
-                break
-            window = [call] + [k for k in range(call + 1, window[0]) if ok(msgs[k])] + window
-        if not window:
-            return Page([], False, None, None)
-        has_more = any(ok(msgs[i]) for i in range(window[0]))
-        return Page([msgs[i] for i in window], has_more, ids[window[0]] if has_more else None,
-                    ids[window[-1]] if window[-1] < n - 1 else None)
-    start = 0 if after == "" else ids.index(after) + 1
-    candidates = [i for i in range(start, n) if ok(msgs[i])]
-    window = candidates[:limit]
-    if not window:
-        return Page([], False, None, None)
-    if breakpoint:
-        marks = [i for i in window if msgs[i].kind == "compaction"]
-        if marks:
-            window = [i for i in window if i >= marks[-1]]
-    if whole_turns:
-        for i in candidates:
-            if i <= window[-1]:
-                continue
-            tool_call_id = _tool_call_id(msgs[i])
-            if tool_call_id is None or _call_index(msgs, i, tool_call_id) is None:
-                break
-            window.append(i)
-    has_more = any(ok(msgs[i]) for i in range(window[-1] + 1, n))
-    return Page([msgs[i] for i in window], has_more, ids[window[0]] if window[0] > 0 else None,
-                ids[window[-1]] if has_more else None)
+# What page() must return for a clean transcript: the reference model's page.
+model_page = reference.page
 
 
 def walk(store: SessionStore, key: str, direction: str, limit: int, **options: Any) -> tuple[list[ChatMessage], int]:

@@ -77,9 +77,10 @@ from ..errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
-from ..history import TURN_SEARCH_LINES
-from ..types import ChatMessage, Page, SessionMetadata, SessionQuery, SessionState, as_message
+from ..types import ChatMessage, SessionMetadata, SessionQuery, SessionState, as_message
 from . import strategies
+from .reference import page as reference_page
+from .reference import texts_of
 
 #: How far (ms) a time the store chose may lie outside the wall-clock window of the call
 #: (its clock may be read a little differently from ``time.time_ns``).
@@ -109,83 +110,6 @@ class ManualClock:
 
     def step(self, delta_ms: int) -> None:
         self.now += delta_ms
-
-
-# -- reference semantics --------------------------------------------------------------
-def _tool_call_id(m: ChatMessage) -> str | None:
-    value = m.extra.get("tool_call_id")
-    return value if isinstance(value, str) else None
-
-
-def _call_index(msgs: list[ChatMessage], i: int, tool_call_id: str) -> int | None:
-    for j in range(i - 1, max(-1, i - 1 - TURN_SEARCH_LINES), -1):
-        calls = msgs[j].extra.get("tool_calls")
-        if isinstance(calls, list) and any(isinstance(c, dict) and c.get("id") == tool_call_id for c in calls):
-            return j
-    return None
-
-
-def reference_page(msgs: list[ChatMessage], *, limit: int = 100, before: str | None = None,
-                   after: str | None = None, ts_before: int | None = None, breakpoint: bool = False,
-                   whole_turns: bool = False) -> Page:
-    """What ``page()`` must return for a session holding ``msgs`` (oldest first); the
-    cursors must be ids of ``msgs`` (or ``after=""``)."""
-
-    def ok(m: ChatMessage) -> bool:
-        return ts_before is None or (m.created_at is not None and m.created_at < ts_before)
-
-    ids = [m.id for m in msgs]
-    n = len(msgs)
-    if after is None:
-        end = n if before is None else ids.index(before)
-        window = [i for i in range(end) if ok(msgs[i])][-limit:]
-        if breakpoint:
-            marks = [i for i in window if msgs[i].kind == "compaction"]
-            if marks:
-                window = [i for i in window if i >= marks[-1]]
-        while whole_turns and window:
-            tool_call_id = _tool_call_id(msgs[window[0]])
-            call = None if tool_call_id is None else _call_index(msgs, window[0], tool_call_id)
-            if call is None:
-                break
-            window = [call] + [k for k in range(call + 1, window[0]) if ok(msgs[k])] + window
-        if not window:
-            return Page([], False, None, None)
-        has_more = any(ok(msgs[i]) for i in range(window[0]))
-        return Page([msgs[i] for i in window], has_more, ids[window[0]] if has_more else None,
-                    ids[window[-1]] if window[-1] < n - 1 else None)
-    start = 0 if after == "" else ids.index(after) + 1
-    candidates = [i for i in range(start, n) if ok(msgs[i])]
-    window = candidates[:limit]
-    if not window:
-        return Page([], False, None, None)
-    if breakpoint:
-        marks = [i for i in window if msgs[i].kind == "compaction"]
-        if marks:
-            window = [i for i in window if i >= marks[-1]]
-    if whole_turns:
-        for i in candidates:
-            if i <= window[-1]:
-                continue
-            tool_call_id = _tool_call_id(msgs[i])
-            if tool_call_id is None or _call_index(msgs, i, tool_call_id) is None:
-                break
-            window.append(i)
-    has_more = any(ok(msgs[i]) for i in range(window[-1] + 1, n))
-    return Page([msgs[i] for i in window], has_more, ids[window[0]] if window[0] > 0 else None,
-                ids[window[-1]] if has_more else None)
-
-
-def texts_of(content: Any) -> list[str]:
-    """The text ``search`` looks at in a message's content."""
-    if isinstance(content, str):
-        return [content]
-    if isinstance(content, list):
-        return [p if isinstance(p, str) else p["text"] for p in content
-                if isinstance(p, str) or (isinstance(p, dict) and isinstance(p.get("text"), str))]
-    if isinstance(content, dict) and isinstance(content.get("text"), str):
-        return [content["text"]]
-    return []
 
 
 def expected_message(message: ChatMessage | dict[str, Any], message_id: str, created_at: int) -> ChatMessage:

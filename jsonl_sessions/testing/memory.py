@@ -16,10 +16,15 @@ the state machine, the contract mixin), minus the files:
 - ``updated_at`` / activity is the wall-clock time of the last change (the file store
   uses file modification times); ``size_bytes`` is the length of the lines.
 
+Every rule of what a call returns and changes comes from the reference model
+(:class:`~jsonl_sessions.testing.reference.ReferenceStore`); this class adds what a real
+store adds on top of it: argument and key checks, id assignment, encoding, the guard.
+
 Nothing survives the object (``persistent = False``: the harness skips its
 fresh-instance checks). No corruption, torn tails or quarantine exist here: ``compact``
-always returns 0. Thread-safe: one re-entrant lock per session (:meth:`lock`) for
-writers; readers take no lock and see immutable snapshots.
+always returns 0. Thread-safe: one re-entrant guard per session (:meth:`lock`) for
+writers, and one short internal lock around every look at or change of the model (reads
+never wait for a session's guard).
 """
 
 from __future__ import annotations
@@ -29,25 +34,15 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .. import codec, ids
 from ..core import DEFAULT_MAX_MESSAGE_BYTES
-from ..errors import (
-    DuplicateMessageError,
-    InvalidMessageError,
-    LockTimeoutError,
-    MessageNotFoundError,
-    SessionExistsError,
-    SessionNotFoundError,
-)
-from ..history import TURN_SEARCH_LINES
+from ..errors import InvalidMessageError, LockTimeoutError
 from ..keys import validate_key
-from ..metadata import _EPOCH, _check_number, _check_text, _from_ms, _from_ns, _texts
+from ..metadata import _check_number, _check_text
 from ..types import (
-    SESSION_STATES,
     ChatMessage,
     Durability,
     MessageLike,
@@ -56,24 +51,9 @@ from ..types import (
     SessionQuery,
     SessionState,
     TimestampedMessage,
-    _wrap,
     as_message,
 )
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """One session, immutable: writers publish a new entry, readers keep the one they got."""
-
-    lines: tuple[bytes, ...]  # encoded records, each ending in "\n"
-    meta: Mapping[str, Any]  # the sidecar's fields (never changed once published)
-    activity_ns: int
-
-    def records(self) -> list[dict[str, Any]]:
-        return [codec.decode_record(line[:-1]) for line in self.lines]
-
-    def messages(self) -> list[ChatMessage]:
-        return [_wrap(r) for r in self.records()]
+from .reference import EPOCH, STATES, ReferenceStore, SessionModel, assign_ids
 
 
 class MemorySessionStore:
@@ -107,9 +87,10 @@ class MemorySessionStore:
         self._lock_timeout = lock_timeout
         self._max_message_bytes = max_message_bytes
         self._clock = clock or ids.now_ms
-        self._sessions: dict[str, _Entry] = {}
+        self._ref = ReferenceStore()
+        self._model = threading.RLock()  # held around every use of self._ref
         self._locks: dict[str, threading.RLock] = {}
-        self._mutex = threading.Lock()
+        self._locks_mutex = threading.Lock()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._root!r})"
@@ -119,128 +100,73 @@ class MemorySessionStore:
         return self._durability
 
     # -- guard ------------------------------------------------------------------------
+    def _guard(self, key: str) -> threading.RLock:
+        with self._locks_mutex:
+            return self._locks.setdefault(key, threading.RLock())
+
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
         """Hold ``key``'s mutation guard for a block (re-entrant in a thread)."""
         validate_key(key)
-        with self._mutex:
-            rlock = self._locks.setdefault(key, threading.RLock())
-        timeout = -1 if self._lock_timeout is None else self._lock_timeout
-        if not rlock.acquire(timeout=timeout):
+        guard = self._guard(key)
+        if not guard.acquire(timeout=-1 if self._lock_timeout is None else self._lock_timeout):
             raise LockTimeoutError(key=key, path=None, timeout=self._lock_timeout, holder_pid=None)
         try:
             yield
         finally:
-            rlock.release()
+            guard.release()
 
-    def _both(self, a: str, b: str) -> contextlib.ExitStack:
+    def _change(self, *keys: str) -> contextlib.ExitStack:
+        """The guards of ``keys`` (in sorted order), then the model's lock."""
         stack = contextlib.ExitStack()
-        for key in sorted({a, b}):
+        for key in sorted(set(keys)):
             stack.enter_context(self.lock(key))
+        stack.enter_context(self._model)
         return stack
 
-    def _publish(self, key: str, lines: tuple[bytes, ...], meta: Mapping[str, Any]) -> None:
-        self._sessions[key] = _Entry(lines, dict(meta), time.time_ns())
-
-    def _new_meta(self, key: str, breadcrumb: bool | None = None) -> dict[str, Any]:
-        now = self._clock()
-        return {"format": 1, "key": key, "created_at": now, "updated_at": now, "trim_breadcrumb": breadcrumb}
-
-    def _entry(self, key: str) -> _Entry | None:
+    @contextlib.contextmanager
+    def _read(self, key: str) -> Iterator[SessionModel | None]:
         validate_key(key)
-        return self._sessions.get(key)
+        with self._model:
+            yield self._ref.sessions.get(key)
 
     # -- ids and encoding -------------------------------------------------------------
-    def _assign(self, key: str, messages: list[ChatMessage], previous: str | None,
-                existing: Iterable[str] = ()) -> list[dict[str, Any]]:
-        """Records with ids strictly increasing after ``previous`` (caller ids kept) and
-        created_at (now when missing). ``existing``: ids already in the session, to tell a
-        duplicate from an id merely out of order."""
-        now = self._clock()
-        records: list[dict[str, Any]] = []
-        prev = previous
-        i = 0
-        n = len(messages)
-
-        def order_error(mid: str, prev_id: str) -> InvalidMessageError:
-            if mid in existing or any(r["id"] == mid for r in records):
-                return DuplicateMessageError(key=key, message_id=mid)
-            return InvalidMessageError(key=key, message_id=mid, reason=f"id {mid!r} does not sort after the "
-                                       f"previous id {prev_id!r} (ids in a session must strictly increase)")
-
-        while i < n:
-            m = messages[i]
-            if m.id:
-                if prev is not None and m.id <= prev:
-                    raise order_error(m.id, prev)
-                records.append(codec.record_of(m, m.id, now if m.created_at is None else m.created_at))
-                prev = m.id
-                i += 1
-                continue
-            j = i + 1
-            while j < n and not messages[j].id:
-                j += 1
-            if j == n:
-                fresh: list[str] = []
-                for _ in range(i, j):
-                    nxt = ids.next_id(prev, now)
-                    if nxt is None:
-                        raise InvalidMessageError(key=key, reason=f"no ULID sorts after the custom id {prev!r}; "
-                                                  "give the message an id explicitly")
-                    fresh.append(nxt)
-                    prev = nxt
-            else:
-                if prev is not None and messages[j].id <= prev:
-                    raise order_error(messages[j].id, prev)
-                got = ids.ids_between(prev, messages[j].id, j - i, now)
-                if got is None:
-                    raise InvalidMessageError(key=key, reason=f"no id fits between {prev!r} and "
-                                              f"{messages[j].id!r}; give the messages ids explicitly")
-                fresh = got
-            for m2, mid in zip(messages[i:j], fresh):
-                records.append(codec.record_of(m2, mid, now if m2.created_at is None else m2.created_at))
-            prev = fresh[-1]
-            i = j
-        return records
-
-    def _encode(self, key: str, records: list[dict[str, Any]]) -> tuple[bytes, ...]:
+    def _stored(self, key: str, messages: list[ChatMessage], previous: str | None,
+                existing: Iterable[str] = ()) -> list[ChatMessage]:
+        """``messages`` with ids and times (see :func:`assign_ids`), as a JSONL store
+        would read them back. :class:`SerializationError` for content JSON cannot hold,
+        :class:`InvalidMessageError` for a line over ``max_message_bytes``."""
         out = []
-        for record in records:
-            line = codec.encode_record(record, key)
+        for m in assign_ids(key, messages, previous, self._clock(), existing):
+            line = codec.encode_record(codec.record_of(m, m.id, m.created_at or 0), key)
             if len(line) > self._max_message_bytes:
-                raise InvalidMessageError(key=key, message_id=record["id"], reason=f"message is {len(line)} bytes, "
+                raise InvalidMessageError(key=key, message_id=m.id, reason=f"message is {len(line)} bytes, "
                                           f"over max_message_bytes={self._max_message_bytes}")
-            out.append(line)
-        return tuple(out)
-
-    @staticmethod
-    def _last_id(entry: _Entry | None) -> str | None:
-        if entry is None or not entry.lines:
-            return None
-        return codec.id_of_line(entry.lines[-1][:-1]) or None
+            out.append(_decoded(line))
+        return out
 
     # -- reading ----------------------------------------------------------------------
     def load(self, key: str) -> list[ChatMessage]:
         """Every message, oldest first; ``[]`` for a missing session."""
-        entry = self._entry(key)
-        return [] if entry is None else entry.messages()
+        with self._read(key):
+            return _fresh(self._ref.load(key))
 
     def try_load(self, key: str) -> list[ChatMessage]:
         """As :meth:`load` (nothing here can be corrupt)."""
         return self.load(key)
 
     def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
-        out = []
-        for m in self.load(key):
-            ms = m.created_at
-            out.append(TimestampedMessage(m, None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)))
-        return out
+        return [TimestampedMessage(m, None if m.created_at is None else
+                                   datetime.fromtimestamp(m.created_at / 1000, tz=timezone.utc))
+                for m in self.load(key)]
 
     def session_exists(self, key: str) -> bool:
-        return self._entry(key) is not None
+        with self._read(key) as s:
+            return s is not None
 
     def list_sessions(self) -> list[str]:
-        return sorted(self._sessions)
+        with self._model:
+            return self._ref.list_sessions()
 
     # -- appending --------------------------------------------------------------------
     def append(self, key: str, message: MessageLike) -> str:
@@ -255,61 +181,43 @@ class MemorySessionStore:
         msgs = [as_message(m) for m in messages]
         if not msgs:
             return []
-        with self.lock(key):
-            entry = self._sessions.get(key)
-            existing = set() if entry is None else {r["id"] for r in entry.records()}
-            records = self._assign(key, msgs, self._last_id(entry), existing)
-            lines = self._encode(key, records)
-            if entry is None:
-                self._publish(key, lines, self._new_meta(key))
-            else:
-                self._publish(key, entry.lines + lines, entry.meta)
-            return [r["id"] for r in records]
+        with self._change(key):
+            s = self._ref.sessions.get(key)
+            existing = [] if s is None else [m.id for m in s.messages]
+            stored = self._stored(key, msgs, s.last_id if s else None, existing)
+            self._ref.append(key, stored, self._clock())
+            return [m.id for m in stored]
 
     # -- changing the end -------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
         validate_key(key)
-        with self.lock(key):
-            entry = self._sessions.get(key)
-            if entry is None or not entry.lines:
-                return False
-            if expected_id is not None and self._last_id(entry) != expected_id:
-                return False
-            self._publish(key, entry.lines[:-1], entry.meta)
-            return True
+        with self._change(key):
+            return self._ref.remove_last(key, expected_id=expected_id)
 
     def update_last(self, key: str, message: MessageLike, *, expected_id: str | None = None) -> bool:
         validate_key(key)
         m = as_message(message)
-        with self.lock(key):
-            entry = self._sessions.get(key)
-            if entry is None or not entry.lines:
+        with self._change(key):
+            if not self._ref.can_change_last(key, expected_id):
                 return False
-            records = entry.records()
-            old = records[-1]
-            old_id = old.get("id") or ""
-            if expected_id is not None and old_id != expected_id:
-                return False
-            new_id = m.id or old_id
-            if m.created_at is None and isinstance(old.get("created_at"), int):
-                m = m.replace(created_at=old["created_at"])
-            if new_id != old_id or not new_id:
-                previous = (records[-2].get("id") or None) if len(records) > 1 else None
-                new = self._assign(key, [m.replace(id=new_id)], previous, {r["id"] for r in records[:-1]})
-            else:
-                new = [codec.record_of(m, new_id, m.created_at if m.created_at is not None else self._clock())]
-            line = self._encode(key, new)
-            self._publish(key, entry.lines[:-1] + line, entry.meta)
-            return True
+            msgs = self._ref.sessions[key].messages
+            old = msgs[-1]
+            if m.created_at is None:
+                m = m.replace(created_at=old.created_at)
+            new_id = m.id or old.id
+            previous = msgs[-2].id if len(msgs) > 1 else None
+            existing = [x.id for x in msgs[:-1]]
+            if new_id == old.id:
+                previous, existing = None, []  # the id stays: nothing to order it against
+            stored = self._stored(key, [m.replace(id=new_id)], previous, existing)
+            return self._ref.update_last(key, stored[0])
 
     # -- replacing everything ---------------------------------------------------------
     def rewrite_messages(self, key: str, messages: Iterable[MessageLike]) -> None:
         validate_key(key)
         msgs = [as_message(m) for m in messages]
-        with self.lock(key):
-            lines = self._encode(key, self._assign(key, msgs, None))
-            entry = self._sessions.get(key)
-            self._publish(key, lines, self._new_meta(key) if entry is None else entry.meta)
+        with self._change(key):
+            self._ref.rewrite_messages(key, self._stored(key, msgs, None), self._clock())
 
     def replace_conversation_state(self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool) -> None:
         self._replace_state(key, messages, breadcrumb_present, if_exists=False)
@@ -322,103 +230,55 @@ class MemorySessionStore:
     def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
         validate_key(key)
         msgs = [as_message(m) for m in messages]
-        with self.lock(key):
-            entry = self._sessions.get(key)
-            if if_exists and entry is None:
+        with self._change(key):
+            if if_exists and key not in self._ref:
                 return False
-            lines = self._encode(key, self._assign(key, msgs, None))
-            if entry is None:
-                self._publish(key, lines, self._new_meta(key, bool(breadcrumb)))
-            else:
-                self._publish(key, lines, {**entry.meta, "trim_breadcrumb": bool(breadcrumb),
-                                           "updated_at": self._clock()})
-            return True
+            stored = self._stored(key, msgs, None)
+            return self._ref.replace_conversation_state(key, stored, bool(breadcrumb), self._clock(),
+                                                        if_exists=if_exists)
 
     def set_session_trim_breadcrumb(self, key: str, present: bool) -> None:
-        self._update(key, {"trim_breadcrumb": bool(present)})
+        self._set(key, breadcrumb=bool(present))
 
     def get_session_trim_breadcrumb(self, key: str) -> bool | None:
-        entry = self._entry(key)
-        value = None if entry is None else entry.meta.get("trim_breadcrumb")
-        return value if isinstance(value, bool) else None
+        with self._read(key) as s:
+            return None if s is None else s.breadcrumb
 
     # -- clearing and deleting --------------------------------------------------------
     def clear_messages(self, key: str) -> int:
         validate_key(key)
-        with self.lock(key):
-            entry = self._sessions.get(key)
-            if entry is None:
-                return 0
-            self._publish(key, (), entry.meta)
-            return len(entry.lines)
+        with self._change(key):
+            return self._ref.clear_messages(key)
 
     def delete_session(self, key: str) -> bool:
         validate_key(key)
-        with self.lock(key):
-            return self._sessions.pop(key, None) is not None
+        with self._change(key):
+            return self._ref.delete_session(key)
 
     # -- history ----------------------------------------------------------------------
     def get_message_count(self, key: str) -> int:
-        entry = self._entry(key)
-        if entry is None:
-            raise SessionNotFoundError(key=key)
-        return len(entry.lines)
+        with self._read(key):
+            return self._ref.get_message_count(key)
 
     def get_message(self, key: str, message_id: str) -> ChatMessage | None:
-        entry = self._entry(key)
-        if entry is None or not isinstance(message_id, str):
-            return None
-        return next((m for m in entry.messages() if m.id == message_id), None)
+        with self._read(key):
+            found = self._ref.get_message(key, message_id)
+        return None if found is None else _fresh([found])[0]
 
     def get_messages(self, key: str, *, limit: int | None = None, offset: int = 0) -> list[ChatMessage]:
-        if limit is not None and (type(limit) is not int or limit < 0):
-            raise ValueError(f"limit must be None or an int >= 0, not {limit!r}")
-        if type(offset) is not int or offset < 0:
-            raise ValueError(f"offset must be an int >= 0, not {offset!r}")
-        entry = self._entry(key)
-        if entry is None:
-            raise SessionNotFoundError(key=key)
-        lines = entry.lines[offset:] if limit is None else entry.lines[offset : offset + limit]
-        return [_wrap(codec.decode_record(line[:-1])) for line in lines]
+        with self._read(key):
+            return _fresh(self._ref.get_messages(key, limit=limit, offset=offset))
 
     def copy_messages(self, source: str, target: str, *, up_to_message_id: str | None = None) -> str | None:
         validate_key(source)
         validate_key(target)
-        with self._both(source, target):
-            entry = self._sessions.get(source)
-            if entry is None:
-                raise SessionNotFoundError(key=source)
-            if target in self._sessions:
-                raise SessionExistsError(key=target)
-            msg_ids = [r["id"] for r in entry.records()]
-            if up_to_message_id is None:
-                end = len(msg_ids)
-                fork_point = msg_ids[-1] if msg_ids else None
-            else:
-                if up_to_message_id not in msg_ids:
-                    raise MessageNotFoundError(key=source, message_id=up_to_message_id)
-                end = msg_ids.index(up_to_message_id) + 1
-                fork_point = up_to_message_id
-            meta = self._new_meta(target, entry.meta.get("trim_breadcrumb"))
-            meta["parent"] = source
-            meta["fork_point"] = fork_point
-            self._publish(target, entry.lines[:end], meta)
-            return fork_point
+        with self._change(source, target):
+            return self._ref.copy_messages(source, target, self._clock(), up_to_message_id=up_to_message_id)
 
     def truncate_messages(self, key: str, up_to_message_id: str) -> int:
         validate_key(key)
-        with self.lock(key):
-            entry = self._sessions.get(key)
-            if entry is None:
-                raise SessionNotFoundError(key=key)
-            msg_ids = [r["id"] for r in entry.records()]
-            if up_to_message_id not in msg_ids:
-                raise MessageNotFoundError(key=key, message_id=up_to_message_id)
-            keep = msg_ids.index(up_to_message_id) + 1
-            removed = len(msg_ids) - keep
-            if removed:
-                self._publish(key, entry.lines[:keep], entry.meta)
-            return removed
+        with self._change(key):
+            return self._ref.truncate_messages(key, up_to_message_id)
 
     def page(
         self,
@@ -432,230 +292,98 @@ class MemorySessionStore:
         whole_turns: bool = False,
     ) -> Page:
         """One page, oldest first (see :meth:`jsonl_sessions.SessionStore.page`)."""
-        if type(limit) is not int or limit < 1:
-            raise ValueError(f"limit must be a positive int, not {limit!r}")
-        if before is not None and after is not None:
-            raise ValueError("page takes at most one of before= and after=")
-        if ts_before is not None and type(ts_before) is not int:
-            raise ValueError(f"ts_before must be int milliseconds or None, not {ts_before!r}")
-        entry = self._entry(key)
-        if entry is None:
-            raise SessionNotFoundError(key=key)
-        msgs = entry.messages()
-        position = {m.id: i for i, m in enumerate(msgs)}
-
-        def ok(m: ChatMessage) -> bool:
-            return ts_before is None or (m.created_at is not None and m.created_at < ts_before)
-
-        def call_of(i: int) -> int | None:
-            """The index of the tool call answered by message ``i``, if it is a tool result."""
-            tool_call_id = msgs[i].extra.get("tool_call_id")
-            if not isinstance(tool_call_id, str):
-                return None
-            for j in range(i - 1, max(-1, i - 1 - TURN_SEARCH_LINES), -1):
-                calls = msgs[j].extra.get("tool_calls")
-                if isinstance(calls, list) and any(isinstance(c, dict) and c.get("id") == tool_call_id
-                                                   for c in calls):
-                    return j
-            return None
-
-        if after is None:
-            if before is None:
-                end = len(msgs)
-            elif before in position:
-                end = position[before]
-            else:
-                raise MessageNotFoundError(key=key, message_id=before)
-            picked: list[int] = []  # newest first
-            i = end - 1
-            while i >= 0 and len(picked) < limit:
-                if ok(msgs[i]):
-                    picked.append(i)
-                    if breakpoint and msgs[i].kind == "compaction":
-                        break
-                i -= 1
-            if not picked:
-                return Page([], False, None, None)
-            while whole_turns:
-                call = call_of(picked[-1])
-                if call is None:
-                    break
-                picked += [k for k in range(picked[-1] - 1, call, -1) if ok(msgs[k])] + [call]
-            picked.reverse()
-            older = any(ok(m) for m in msgs[: picked[0]])
-            return Page([msgs[i] for i in picked], older, msgs[picked[0]].id if older else None,
-                        msgs[picked[-1]].id if picked[-1] < len(msgs) - 1 else None)
-        if after == "":
-            start = 0
-        elif after in position:
-            start = position[after] + 1
-        else:
-            raise MessageNotFoundError(key=key, message_id=after)
-        window: list[int] = []
-        i = start
-        while i < len(msgs) and len(window) < limit:
-            if ok(msgs[i]):
-                window.append(i)
-            i += 1
-        if not window:
-            return Page([], False, None, None)
-        if breakpoint:
-            marks = [n for n, k in enumerate(window) if msgs[k].kind == "compaction"]
-            if marks:
-                window = window[marks[-1]:]
-        if whole_turns:
-            for k in range(window[-1] + 1, len(msgs)):
-                if not ok(msgs[k]):
-                    continue
-                if call_of(k) is None:
-                    break
-                window.append(k)
-        newer = any(ok(m) for m in msgs[window[-1] + 1 :])
-        return Page([msgs[k] for k in window], newer, msgs[window[0]].id if window[0] > 0 else None,
-                    msgs[window[-1]].id if newer else None)
+        with self._read(key):
+            got = self._ref.page(key, limit=limit, before=before, after=after, ts_before=ts_before,
+                                 breakpoint=breakpoint, whole_turns=whole_turns)
+        return Page(_fresh(got.messages), got.has_more, got.before, got.after)
 
     # -- metadata ---------------------------------------------------------------------
-    def _metadata(self, key: str, entry: _Entry) -> SessionMetadata:
-        meta = entry.meta
-        state = meta.get("state") if meta.get("state") in SESSION_STATES else None
-        crumb = meta.get("trim_breadcrumb")
-        context = meta.get("context")
-        return SessionMetadata(
-            key=key,
-            name=_text(meta, "name"),
-            agent_alias=_text(meta, "agent_alias"),
-            principal_id=_text(meta, "principal_id"),
-            state=state,
-            turn_id=_text(meta, "turn_id") if state is not None else None,
-            created_at=_from_ms(meta.get("created_at")),
-            updated_at=_from_ns(entry.activity_ns),
-            message_count=len(entry.lines),
-            size_bytes=sum(map(len, entry.lines)),
-            trim_breadcrumb=crumb if isinstance(crumb, bool) else None,
-            context=dict(context) if isinstance(context, dict) else {},
-            parent=_text(meta, "parent"),
-            fork_point=_text(meta, "fork_point"),
-        )
+    def _metadata(self, key: str, s: SessionModel) -> SessionMetadata:
+        size = sum(len(codec.encode_record(codec.record_of(m, m.id, m.created_at or 0))) for m in s.messages)
+        return s.metadata(key, updated_at=EPOCH + timedelta(microseconds=s.activity // 1000), size_bytes=size)
 
     def get_session_metadata(self, key: str) -> SessionMetadata | None:
-        entry = self._entry(key)
-        return None if entry is None else self._metadata(key, entry)
+        with self._read(key) as s:
+            return None if s is None else self._metadata(key, s)
 
     def list_sessions_with_metadata(self) -> list[SessionMetadata]:
-        return [self._metadata(key, entry) for key, entry in sorted(self._sessions.items())]
+        with self._model:
+            return [self._metadata(key, self._ref.sessions[key]) for key in self._ref.list_sessions()]
 
-    def _update(self, key: str, changes: Mapping[str, Any] | Callable[[dict[str, Any]], None]) -> None:
+    def _set(self, key: str, **changes: Any) -> None:
         validate_key(key)
-        with self.lock(key):
-            entry = self._sessions.get(key)
-            if entry is None:
-                raise SessionNotFoundError(key=key)
-            meta = dict(entry.meta)
-            if callable(changes):
-                changes(meta)
-            else:
-                meta.update(changes)
-            meta["updated_at"] = self._clock()
-            self._sessions[key] = replace(entry, meta=meta, activity_ns=time.time_ns())
-
-    def _meta(self, key: str) -> Mapping[str, Any] | None:
-        entry = self._entry(key)
-        return None if entry is None else entry.meta
+        with self._change(key):
+            self._ref.set_fields(key, **changes)
 
     def set_session_name(self, key: str, name: str) -> None:
-        self._update(key, {"name": _check_text("name", name)})
+        self._set(key, name=_check_text("name", name))
 
     def get_session_name(self, key: str) -> str | None:
-        return _text(self._meta(key), "name")
+        with self._read(key) as s:
+            return None if s is None else s.name
 
     def set_session_agent_alias(self, key: str, agent_alias: str) -> None:
-        self._update(key, {"agent_alias": _check_text("agent_alias", agent_alias)})
+        self._set(key, alias=_check_text("agent_alias", agent_alias))
 
     def get_session_agent_alias(self, key: str) -> str | None:
-        return _text(self._meta(key), "agent_alias")
+        with self._read(key) as s:
+            return None if s is None else s.alias
 
     def set_session_context(self, key: str, context: Mapping[str, str]) -> None:
         if not isinstance(context, Mapping):
             raise TypeError(f"context must be a mapping of str to str, not {type(context).__name__}")
         value = {_check_text("context key", k): _check_text(f"context[{k!r}]", v) for k, v in context.items()}
-        self._update(key, {"context": value})
+        self._set(key, context=value)
 
     def set_session_principal(self, key: str, principal_id: str) -> None:
-        self._update(key, {"principal_id": _check_text("principal_id", principal_id, empty=False)})
+        self._set(key, owner=_check_text("principal_id", principal_id, empty=False))
 
     def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
         owner = _check_text("owner_principal_id", owner_principal_id)
         validate_key(key)
-        with self.lock(key):
-            entry = self._sessions.get(key)
-            if not owner or entry is None or _text(entry.meta, "principal_id") != owner:
-                return False
-            return self.delete_session(key)
+        with self._change(key):
+            return self._ref.delete_session_owned(key, owner)
 
     def set_session_state(self, key: str, state: str, turn_id: str | None = None) -> None:
-        if not isinstance(state, str) or state not in SESSION_STATES:
-            raise ValueError(f"state must be one of {sorted(SESSION_STATES)}, not {state!r}")
+        if not isinstance(state, str) or state not in STATES:
+            raise ValueError(f"state must be one of {sorted(STATES)}, not {state!r}")
         turn = None if turn_id is None else _check_text("turn_id", turn_id)
-        if state == "idle":
-            turn = None
-
-        def change(meta: dict[str, Any]) -> None:
-            same = meta.get("state") == state and meta.get("turn_id") == turn
-            if not (same and type(meta.get("state_since")) is int):
-                meta["state_since"] = self._clock()
-            meta["state"] = state
-            meta["turn_id"] = turn
-
-        self._update(key, change)
+        validate_key(key)
+        with self._change(key):
+            self._ref.set_session_state(key, state, turn, self._clock())
 
     def get_session_state(self, key: str) -> SessionState | None:
-        meta = self._meta(key)
-        state = _text(meta, "state")
-        if meta is None or state not in SESSION_STATES:
-            return None
-        since = meta.get("state_since")
-        if type(since) is not int:
-            updated = meta.get("updated_at")
-            since = updated if type(updated) is int else 0
-        return SessionState(str(state), _text(meta, "turn_id"), _EPOCH + timedelta(milliseconds=since))
+        with self._read(key):
+            return self._ref.get_session_state(key)
 
     def list_running_sessions(self) -> list[SessionMetadata]:
-        return [md for md in self.list_sessions_with_metadata() if md.state == "running"]
+        with self._model:
+            return [self._metadata(k, self._ref.sessions[k]) for k in self._ref.list_running_sessions()]
 
     def list_stuck_sessions(self, threshold_secs: float) -> list[SessionMetadata]:
-        threshold_ms = _check_number("threshold_secs", threshold_secs) * 1000
-        now = self._clock()
-        out = []
-        for key, entry in sorted(self._sessions.items()):
-            since = entry.meta.get("state_since")
-            if entry.meta.get("state") == "running" and type(since) is int and now - since > threshold_ms:
-                out.append(self._metadata(key, entry))
-        return out
+        threshold = _check_number("threshold_secs", threshold_secs)
+        with self._model:
+            return [self._metadata(k, self._ref.sessions[k])
+                    for k in self._ref.list_stuck_sessions(threshold, self._clock())]
 
     # -- attribution ------------------------------------------------------------------
     def count_agent_attribution(self, agent_alias: str) -> int:
         alias = _check_text("agent_alias", agent_alias)
-        return sum(1 for entry in list(self._sessions.values()) if _text(entry.meta, "agent_alias") == alias)
+        with self._model:
+            return self._ref.count_agent_attribution(alias)
 
     def rename_agent_attribution(self, old_alias: str, new_alias: str) -> int:
-        old = _check_text("old_alias", old_alias)
-        new = _check_text("new_alias", new_alias)
-        if old == new:
-            return self.count_agent_attribution(old)
-        return self._reattribute(old, new)
+        return self._reattribute(_check_text("old_alias", old_alias), _check_text("new_alias", new_alias))
 
     def clear_agent_attribution(self, agent_alias: str) -> int:
         return self._reattribute(_check_text("agent_alias", agent_alias), None)
 
     def _reattribute(self, old: str, new: str | None) -> int:
+        """Each session under its own guard in turn, as the file store does."""
         changed = 0
         for key in self.list_sessions():
-            with self.lock(key):
-                entry = self._sessions.get(key)
-                if entry is None or _text(entry.meta, "agent_alias") != old:
-                    continue
-                self._update(key, {"agent_alias": new})
-                changed += 1
+            with self._change(key):
+                changed += self._ref.rename_agent_attribution(old, new, keys=[key])
         return changed
 
     # -- lifecycle --------------------------------------------------------------------
@@ -663,54 +391,44 @@ class MemorySessionStore:
         """Delete every session with no change within ``ttl_hours`` (wall clock), except
         ``running`` ones and those whose guard another thread holds; the number deleted."""
         cutoff = time.time_ns() - int(_check_number("ttl_hours", ttl_hours) * 3600e9)
-        removed = 0
-        for key in self.list_sessions():
-            with self._mutex:
-                rlock = self._locks.setdefault(key, threading.RLock())
-            if not rlock.acquire(blocking=False):
-                continue
-            try:
-                entry = self._sessions.get(key)
-                if entry is not None and entry.meta.get("state") != "running" and entry.activity_ns < cutoff:
-                    del self._sessions[key]
-                    removed += 1
-            finally:
-                rlock.release()
-        return removed
+        with contextlib.ExitStack() as stack:
+            busy = set()
+            for key in self.list_sessions():
+                guard = self._guard(key)
+                if guard.acquire(blocking=False):
+                    stack.callback(guard.release)
+                else:
+                    busy.add(key)
+            with self._model:
+                return len(self._ref.cleanup_stale(cutoff, spare=busy.__contains__))
 
     def search(self, query: SessionQuery) -> list[SessionMetadata]:
         """Sessions whose name or message text contains the keyword (casefolded), newest
         activity first (ties: key order), at most ``query.limit``."""
         if not isinstance(query, SessionQuery):
             raise TypeError(f"query must be a SessionQuery, not {type(query).__name__}")
-        needle = _check_text("keyword", query.keyword).casefold()
+        keyword = _check_text("keyword", query.keyword)
         limit = query.limit
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise ValueError(f"limit must be None or an int >= 0, not {limit!r}")
         alias = None if query.agent_alias is None else _check_text("agent_alias", query.agent_alias)
-        found = sorted(self._sessions.items(), key=lambda item: (-item[1].activity_ns, item[0]))
-        out: list[SessionMetadata] = []
-        for key, entry in found:
-            if limit is not None and len(out) >= limit:
-                break
-            if alias is not None and _text(entry.meta, "agent_alias") != alias:
-                continue
-            name = _text(entry.meta, "name")
-            if (not needle or (name is not None and needle in name.casefold())
-                    or any(needle in text.casefold() for m in entry.messages() for text in _texts(m.content))):
-                out.append(self._metadata(key, entry))
-        return out
+        with self._model:
+            return [self._metadata(k, self._ref.sessions[k])
+                    for k in self._ref.search(keyword, agent_alias=alias, limit=limit)]
 
     def compact(self, key: str, *, repair: bool = False) -> int:
         """Nothing to drop in memory: 0. :class:`SessionNotFoundError` for a missing session."""
-        if self._entry(key) is None:
-            raise SessionNotFoundError(key=key)
-        return 0
+        with self._read(key):
+            return self._ref.compact(key)
 
 
-def _text(meta: Mapping[str, Any] | None, name: str) -> str | None:
-    value = None if meta is None else meta.get(name)
-    return value if type(value) is str else None
+def _decoded(line: bytes) -> ChatMessage:
+    return ChatMessage.from_dict(codec.decode_record(line[:-1]))
+
+
+def _fresh(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """Copies a caller may change without changing the store (as a file store's reads)."""
+    return [_decoded(codec.encode_record(codec.record_of(m, m.id, m.created_at or 0))) for m in messages]
 
 
 __all__ = ["MemorySessionStore"]
