@@ -35,13 +35,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import codec, ids
 from ..core import DEFAULT_MAX_MESSAGE_BYTES
 from ..errors import InvalidMessageError, LockTimeoutError
 from ..keys import validate_key
 from ..metadata import _check_number, _check_text
+from ..protocol import SessionBackend
 from ..types import (
     ChatMessage,
     Durability,
@@ -54,6 +55,9 @@ from ..types import (
     as_message,
 )
 from .reference import EPOCH, STATES, ReferenceStore, SessionModel, assign_ids
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 class MemorySessionStore:
@@ -98,6 +102,15 @@ class MemorySessionStore:
     @property
     def durability(self) -> Durability:
         return self._durability
+
+    def close(self) -> None:
+        """Nothing is held open: does nothing (the data stays until the object goes)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- guard ------------------------------------------------------------------------
     def _guard(self, key: str) -> threading.RLock:
@@ -430,5 +443,8 @@ def _fresh(messages: list[ChatMessage]) -> list[ChatMessage]:
     """Copies a caller may change without changing the store (as a file store's reads)."""
     return [_decoded(codec.encode_record(codec.record_of(m, m.id, m.created_at or 0))) for m in messages]
 
+
+if TYPE_CHECKING:  # the type checker proves that the class satisfies the backend contract
+    _CONFORMS: SessionBackend = MemorySessionStore()
 
 __all__ = ["MemorySessionStore"]
