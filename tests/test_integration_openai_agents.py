@@ -3,9 +3,17 @@ behaviours of the SDK's own SQLiteSession tests, lossless items, concurrency fro
 coroutines, a compare-and-remove pop, full ``Runner.run`` turns with the SDK's scripted
 model (no network), a SIGKILL in the middle of writing, and the missing-package error.
 
-The SIGKILL worker is this file run as a script (``python test_integration_openai_agents.py
-ROOT``): it adds batches of 1-3 items in a loop (fsync mode) and prints each batch's
-number once ``add_items`` returned.
+The cases of the SDK's own session tests (tests/memory/test_session.py and
+test_session_limit.py of openai-agents-python, which the wheel does not ship) are
+re-stated here against JsonlSession: history across turns and across the three runner
+methods, separate sessions, ``RunConfig(session_settings=...)`` limits (N, 0, None, more
+than stored), list input appended, ``get_items(limit)`` and ``pop_item`` sequences, and a
+limit that still counts valid items when a corrupt line is among the newest. The installed
+SDK has ``session_settings`` but no ``turn_limit`` argument, so there is none here.
+
+Worker modes (this file run as a script): ``crash ROOT`` adds batches of 1-3 items in a
+loop (fsync mode) and prints each batch's number once ``add_items`` returned; ``writer
+ROOT W N GO`` waits for file GO, adds N batches of writer W's items and prints ``done``.
 """
 
 from __future__ import annotations
@@ -49,6 +57,12 @@ KEY = "conv"
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a worker process: it imports this checkout's jsonl_sessions."""
+    here = str(pathlib.Path(__file__).resolve().parent.parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
 
 
 @pytest.fixture
@@ -490,6 +504,126 @@ def test_runner_run_sync_and_streamed(root: pathlib.Path) -> None:
     assert [i.get("role") for i in run(session.get_items())] == ["user", "assistant", "user", "assistant"]
 
 
+# -- the SDK's own session test cases, re-stated against JsonlSession ---------------------------------
+RUNNERS = ["run", "run_sync", "run_streamed"]
+
+
+async def run_with(method: str, agent: Agent[Any], text: Any, **kwargs: Any) -> Any:
+    """One turn through ``Runner.run``, ``Runner.run_sync`` (in a thread with its own loop)
+    or ``Runner.run_streamed`` (every event consumed)."""
+    kwargs.setdefault("run_config", RunConfig(tracing_disabled=True))
+    if method == "run":
+        return await Runner.run(agent, text, **kwargs)
+    if method == "run_sync":
+        def in_thread() -> Any:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            try:
+                return Runner.run_sync(agent, text, **kwargs)
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
+
+        return await asyncio.to_thread(in_thread)
+    result = Runner.run_streamed(agent, text, **kwargs)
+    async for _event in result.stream_events():
+        pass
+    return result
+
+
+def scripted(*replies: str) -> ScriptedModel:
+    return ScriptedModel([[assistant_message(r)] for r in replies])
+
+
+def model_input(model: ScriptedModel) -> list[Any]:
+    assert model.last_call is not None
+    return list(model.last_call.input)
+
+
+def text_of(item: Any) -> Any:
+    content = item.get("content")
+    return content[0]["text"] if isinstance(content, list) else content
+
+
+@pytest.mark.parametrize("method", RUNNERS)
+def test_sdk_case_history_reaches_the_next_turn_and_sessions_stay_apart(root: pathlib.Path, method: str) -> None:
+    model = scripted("I like cats", "I like dogs", "You mentioned cats")
+    agent = Agent(name="test", model=model)
+
+    async def main() -> None:
+        cats, dogs = JsonlSession("s1", root), JsonlSession("s2", root)
+        assert (await run_with(method, agent, "I like cats", session=cats)).final_output == "I like cats"
+        await run_with(method, agent, "I like dogs", session=dogs)
+        assert (await run_with(method, agent, "What do I like?", session=cats)).final_output == "You mentioned cats"
+        assert [text_of(i) for i in model_input(model)] == ["I like cats", "I like cats", "What do I like?"]
+
+    run(main())
+
+
+@pytest.mark.parametrize("method", RUNNERS)
+@pytest.mark.parametrize(("limit", "history"), [(2, ["Message 3", "Reply 3"]), (0, []), (None, None), (100, None)])
+def test_sdk_case_run_config_session_limit(root: pathlib.Path, method: str, limit: int | None,
+                                           history: list[str] | None) -> None:
+    model = scripted("Reply 1", "Reply 2", "Reply 3", "Reply 4")
+    agent = Agent(name="test", model=model)
+
+    async def main() -> None:
+        session = JsonlSession("limited", root, durability="flush")
+        for n in (1, 2, 3):
+            await run_with(method, agent, f"Message {n}", session=session)
+        assert len(await session.get_items()) == 6
+        config = RunConfig(tracing_disabled=True, session_settings=SessionSettings(limit=limit))
+        await run_with(method, agent, "Message 4", session=session, run_config=config)
+        everything = [f"{kind} {n}" for n in (1, 2, 3) for kind in ("Message", "Reply")]
+        expected = everything if history is None else history
+        assert [text_of(i) for i in model_input(model)] == [*expected, "Message 4"]
+
+    run(main())
+
+
+@pytest.mark.parametrize("method", RUNNERS)
+def test_sdk_case_list_input_is_appended_to_the_history(root: pathlib.Path, method: str) -> None:
+    model = scripted("This should run")
+    agent = Agent(name="test", model=model)
+
+    async def main() -> None:
+        session = JsonlSession("listed", root, durability="flush")
+        earlier = [user("Earlier message"), {"role": "assistant", "content": "Saved reply"}]
+        await session.add_items(earlier)  # type: ignore[arg-type]
+        await run_with(method, agent, [user("Test message")], session=session)
+        assert model_input(model) == [*earlier, user("Test message")]
+
+    run(main())
+
+
+def test_sdk_case_get_items_limits_and_pop_sequence(session: JsonlSession) -> None:
+    async def main() -> None:
+        assert await session.pop_item() is None
+        texts = [f"{kind} {n}" for n in (1, 2, 3) for kind in ("Message", "Response")]
+        await session.add_items([user(t) for t in texts])  # type: ignore[misc]
+        assert contents(await session.get_items()) == texts
+        assert contents(await session.get_items(limit=2)) == texts[-2:]
+        assert contents(await session.get_items(limit=4)) == texts[-4:]
+        assert contents(await session.get_items(limit=10)) == texts
+        assert await session.get_items(limit=0) == []
+        assert contents(await session.get_items(limit=-1)) == texts  # as the installed SQLiteSession
+        for t in reversed(texts):
+            popped = await session.pop_item()
+            assert popped is not None and popped.get("content") == t
+        assert await session.pop_item() is None and await session.get_items() == []
+
+    run(main())
+
+
+def test_sdk_case_limit_counts_valid_items_past_a_corrupt_newest_line(session: JsonlSession) -> None:
+    run(session.add_items([user(str(n)) for n in range(4)]))  # type: ignore[misc]
+    root = pathlib.Path(session.store.root)  # type: ignore[attr-defined]
+    [transcript] = root.glob("*.jsonl")
+    with open(transcript, "ab") as f:
+        f.write(b"{not json}\n")
+    assert contents(run(session.get_items(limit=2))) == ["2", "3"]
+
+
 # -- SIGKILL --------------------------------------------------------------------------------------
 def batch_of(n: int) -> list[dict[str, Any]]:
     return [{"role": "user", "content": f"{n}.{j}", "type": "message"} for j in range(n % 3 + 1)]
@@ -509,12 +643,13 @@ def worker(root: str) -> None:
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
-@pytest.mark.parametrize("trial", range(3))
+@pytest.mark.parametrize("trial", range(2))
 def test_sigkill_while_adding_loses_no_acknowledged_item(tmp_path: pathlib.Path, trial: int) -> None:
     root = str(tmp_path / "store")
     rng = random.Random(trial)
     want = rng.randint(5, 40)
-    proc = subprocess.Popen([sys.executable, __file__, root], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, __file__, "crash", root], stdout=subprocess.PIPE, text=True,
+                            env=child_env())
     assert proc.stdout is not None
     acked = -1
     try:
@@ -534,6 +669,38 @@ def test_sigkill_while_adding_loses_no_acknowledged_item(tmp_path: pathlib.Path,
     items = run(JsonlSession("crash", root).get_items())
     whole = [[item for n in range(k) for item in batch_of(n)] for k in (acked + 1, acked + 2)]
     assert items in whole  # every acknowledged batch, in order; the one in flight whole or not at all
+
+
+# -- several processes ----------------------------------------------------------------------------
+def writer_worker(root: str, writer: int, batches: int, go: str) -> None:
+    async def main() -> None:
+        session = JsonlSession("shared", root, durability="flush")  # the guard, not fsync, is under test
+        while not os.path.exists(go):
+            await asyncio.sleep(0.001)
+        for n in range(batches):
+            await session.add_items([user(f"{writer}.{n}.{j}") for j in range(n % 3 + 1)])  # type: ignore[misc]
+        print("done", flush=True)
+
+    asyncio.run(main())
+
+
+def test_processes_adding_to_one_session_lose_and_duplicate_nothing(tmp_path: pathlib.Path) -> None:
+    root, go = str(tmp_path / "store"), str(tmp_path / "go")
+    writers, batches = 2, 12
+    procs = [subprocess.Popen([sys.executable, __file__, "writer", root, str(w), str(batches), go],
+                              stdout=subprocess.PIPE, text=True, env=child_env()) for w in range(writers)]
+    pathlib.Path(go).touch()
+    for proc in procs:
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and out.strip() == "done"
+    got = contents(run(JsonlSession("shared", root).get_items()))
+    for w in range(writers):  # each writer's items all there, once, in its order, each batch contiguous
+        mine = [c for c in got if c.startswith(f"{w}.")]
+        assert mine == [f"{w}.{n}.{j}" for n in range(batches) for j in range(n % 3 + 1)]
+        for n in range(batches):
+            at = got.index(f"{w}.{n}.0")
+            assert got[at:at + n % 3 + 1] == [f"{w}.{n}.{j}" for j in range(n % 3 + 1)]
+    assert len(got) == writers * sum(n % 3 + 1 for n in range(batches))
 
 
 # -- packaging --------------------------------------------------------------------------------------
@@ -558,9 +725,12 @@ def test_importing_jsonl_sessions_imports_no_adapter_or_sdk() -> None:
     code = ("import sys, jsonl_sessions, jsonl_sessions.integrations; "
             "loaded = [m for m in sys.modules if m.split('.')[0] in ('agents', 'langchain_core', 'openai') "
             "or m.startswith('jsonl_sessions.integrations.')]; print(loaded)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=child_env())
     assert out.stdout.strip() == "[]"
 
 
 if __name__ == "__main__":
-    worker(sys.argv[1])
+    if sys.argv[1] == "crash":
+        worker(sys.argv[2])
+    else:
+        writer_worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
