@@ -20,23 +20,11 @@ import logging
 import os
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from ..errors import CorruptTranscriptError, InvalidSessionKeyError, LockTimeoutError, SessionStoreError
-from .commands import cmd_export, cmd_import, cmd_ls, cmd_rm, cmd_search, cmd_show
 from .common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, LOGGER, PROG, CliError, UsageError, err
-from .demo import cmd_demo
 from .parser import build_parser
-from .repair import cmd_repair
-from .stats import cmd_stats
-from .tail import cmd_tail
-from .verify import cmd_verify
-
-_HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "ls": cmd_ls, "show": cmd_show, "tail": cmd_tail, "search": cmd_search, "verify": cmd_verify,
-    "repair": cmd_repair, "export": cmd_export, "import": cmd_import, "rm": cmd_rm, "stats": cmd_stats,
-    "demo": cmd_demo,
-}
 
 
 class _WarningsToStderr(logging.Handler):
@@ -76,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """The command's exit status; each failure it raises becomes one line on stderr."""
     try:
-        return _HANDLERS[args.command](args)
+        status: int = args.handler(args)
+        return status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # e.g. piped into `head`: stop quietly

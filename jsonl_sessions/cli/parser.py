@@ -1,16 +1,21 @@
-"""The argument parser of ``jsonl-sessions``: every command, its options and its help."""
+"""The argument parser of ``jsonl-sessions``: :data:`TABLE` lists every command (help,
+arguments, handler); :func:`build_parser` builds the parser from it."""
 
 from __future__ import annotations
 
 import argparse
 import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from .. import __version__
-from .commands import SORTS
+from .commands import SORTS, cmd_export, cmd_import, cmd_ls, cmd_rm, cmd_search, cmd_show
 from .common import ENV_ROOT, PROG, resolve_root
-
-#: Every command, in the order ``--help`` lists them (the README documents each one).
-COMMANDS = ("ls", "show", "tail", "search", "verify", "repair", "export", "import", "rm", "stats", "demo")
+from .demo import cmd_demo
+from .repair import cmd_repair
+from .stats import cmd_stats
+from .tail import cmd_tail
+from .verify import cmd_verify
 
 
 def _integer(text: str, minimum: int, rule: str) -> int:
@@ -49,6 +54,7 @@ def _root_help() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command in :data:`TABLE`; each sub-parser sets ``handler``."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS,
                         help=f"the store directory (now: {resolve_root()})")
@@ -64,23 +70,32 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how long a write waits for a busy session (default 10)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, command in TABLE.items():
+        p = sub.add_parser(name, help=command.summary, description=command.description, parents=[common])
+        command.arguments(p)
+        p.set_defaults(handler=command.handler)
+    return parser
 
-    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=summary, description=description, parents=[common])
 
-    def outputs(p: argparse.ArgumentParser) -> None:
-        group = p.add_mutually_exclusive_group()
-        group.add_argument("--json", action="store_true", help="a JSON array of session objects")
-        group.add_argument("--nl", action="store_true", help="newline-delimited JSON: one session object a line")
+# -- each command's arguments ---------------------------------------------------------------
+def _outputs(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--json", action="store_true", help="a JSON array of session objects")
+    group.add_argument("--nl", action="store_true", help="newline-delimited JSON: one session object a line")
 
-    def rendering(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--jsonl", action="store_true", help="raw output: one JSON message a line, as stored")
-        p.add_argument("--width", type=_count, metavar="COLUMNS", default=None,
-                       help="wrap text at this width (default: the terminal's; 0: no wrapping)")
 
-    p = command("ls", "list sessions", "A table of sessions: key, name, messages, size, last activity "
-                "(newest change of transcript or metadata, local time), state. Reads metadata only.")
-    outputs(p)
+def _rendering(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jsonl", action="store_true", help="raw output: one JSON message a line, as stored")
+    p.add_argument("--width", type=_count, metavar="COLUMNS", default=None,
+                   help="wrap text at this width (default: the terminal's; 0: no wrapping)")
+
+
+def _key(p: argparse.ArgumentParser) -> None:
+    p.add_argument("key", metavar="KEY", help="the session key")
+
+
+def _ls(p: argparse.ArgumentParser) -> None:
+    _outputs(p)
     p.add_argument("--sort", choices=sorted(SORTS), default="key",
                    help="order (default key; activity, created, messages and size list the largest first)")
     p.add_argument("-r", "--reverse", action="store_true", help="reverse the order")
@@ -88,80 +103,139 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state", choices=("idle", "running", "error", "none"),
                    help="only sessions in this run state (none: never set)")
 
-    p = command("show", "print a session's messages",
-                "A session's messages, oldest first: role, local time and id on a header line, then the text "
-                "(wrapped). All of them, or with --limit N the N newest (before --before ID / after --after ID).")
-    p.add_argument("key", metavar="KEY", help="the session key")
+
+def _show(p: argparse.ArgumentParser) -> None:
+    _key(p)
     p.add_argument("-n", "--limit", type=_positive_int, metavar="N", help="at most N messages (a page)")
     cursor = p.add_mutually_exclusive_group()
     cursor.add_argument("--before", metavar="ID", help="only messages older than this message id (a page cursor)")
     cursor.add_argument("--after", metavar="ID", help="only messages newer than this message id")
-    rendering(p)
+    _rendering(p)
 
-    p = command("tail", "print the newest messages; -f follows new ones",
-                "The newest N messages. With -f, keeps printing messages as they are appended (polling, "
-                "lock-free), also across a truncate, revert or rewrite of the session, until Ctrl-C.")
-    p.add_argument("key", metavar="KEY", help="the session key")
+
+def _tail(p: argparse.ArgumentParser) -> None:
+    _key(p)
     p.add_argument("-n", type=_count, default=10, metavar="N", help="how many of the newest to print (default 10)")
     p.add_argument("-f", "--follow", action="store_true", help="follow appends, like tail -f")
     p.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
                    help="how often -f looks for changes (default 1)")
-    rendering(p)
+    _rendering(p)
 
-    p = command("search", "find sessions by keyword",
-                "Sessions whose name or message text contains KEYWORD (case-insensitive), newest activity first.")
+
+def _search(p: argparse.ArgumentParser) -> None:
     p.add_argument("keyword", metavar="KEYWORD")
     p.add_argument("--alias", metavar="AGENT", help="only sessions attributed to this agent alias")
     p.add_argument("--limit", type=_count, default=50, metavar="N", help="at most N sessions (default 50; 0: all)")
-    outputs(p)
+    _outputs(p)
 
-    p = command("verify", "check the store's health (fsck); exit 1 on problems",
-                "Reads every file of the store (or of the sessions KEY...) and reports torn tails, corrupt lines "
-                "(line and byte offset), ids out of order, missing, corrupt, mismatched or orphan sidecars, "
-                "leftover temp files, interrupted writes (pending records, odd counters), permissions other "
-                "than 0600 (0700 for the directory) and symlinks, with how to fix each. Changes nothing. "
-                "Exit status 0 healthy, 1 problems found, 2 usage error.")
+
+def _verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("keys", nargs="*", metavar="KEY", help="only these sessions (default: the whole store)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
 
-    p = command("repair", "set corrupt lines aside (quarantine) and rewrite a session",
-                "Rewrites the session keeping every line that parses, dropping a torn tail and duplicate "
-                "lines; when it drops a corrupt line it first saves the original bytes in "
-                "<stem>.quarantine-<time>.jsonl.bak next to it. Prints what was kept, set aside, and where.")
-    p.add_argument("key", metavar="KEY", help="the session key")
 
-    p = command("export", "print a session as JSONL",
-                "The session's messages as JSONL on stdout, one message a line (all fields, as stored). "
-                "Refuses a transcript with corrupt lines unless --lenient.")
-    p.add_argument("key", metavar="KEY", help="the session key")
+def _export(p: argparse.ArgumentParser) -> None:
+    _key(p)
     p.add_argument("--lenient", action="store_true", help="skip corrupt lines (with a warning) instead of failing")
 
-    p = command("import", "create a session from JSONL or a JSON array of messages",
-                "Reads messages from FILE (- for stdin): JSONL (one message object a line), or a JSON array of "
-                "{role, content, ...} objects as OpenAI-style SDKs produce (or an object with a \"messages\" "
-                "array). Extra fields (tool_calls, tool_call_id, name...) are kept; so are ids and created_at. "
-                "Written in one atomic batch. Refuses an existing session unless --append.")
-    p.add_argument("key", metavar="KEY", help="the session key")
+
+def _import(p: argparse.ArgumentParser) -> None:
+    _key(p)
     p.add_argument("file", metavar="FILE", help="the file to read, or - for stdin")
     p.add_argument("--append", action="store_true", help="append to the session if it exists")
     p.add_argument("--new-ids", action="store_true", help="ignore the input's ids; the store assigns new ones")
 
-    p = command("rm", "delete sessions",
-                "Deletes each session (transcript, then sidecar). Refuses a session in state running unless "
-                "--force. Quarantine files are kept.")
+
+def _rm(p: argparse.ArgumentParser) -> None:
     p.add_argument("keys", nargs="+", metavar="KEY", help="the session keys")
     p.add_argument("-f", "--force", action="store_true", help="also remove running sessions; ignore missing ones")
 
-    p = command("stats", "totals for the store",
-                "Sessions (by state), messages, bytes, torn tails, leftover temp files, orphan sidecars and "
-                "quarantine files. Cheap: metadata, file stats and one byte per transcript; corrupt lines need "
-                "a full read, which is `verify`.")
+
+def _stats(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="as JSON")
 
-    p = command("demo", "a guided tour in a temporary store",
-                "Builds a store in a new temporary directory (or --root DIR, which must hold no sessions; "
-                f"${ENV_ROOT} is not used), holds a short agent conversation, forks and reverts it, simulates a "
-                "crash that tears a write and a corrupt line, shows recovery, verify and repair, and prints "
-                "where the files are.")
+
+def _demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=_count, metavar="COLUMNS", default=None, help=argparse.SUPPRESS)
-    return parser
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command: its one-line summary, its ``--help`` description, the function that
+    adds its arguments, and the function that runs it (returns the exit status)."""
+
+    summary: str
+    description: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    handler: Callable[[argparse.Namespace], int]
+
+
+#: Every command, in the order ``--help`` lists them (the README documents each one).
+TABLE: dict[str, Command] = {
+    "ls": Command(
+        "list sessions",
+        "A table of sessions: key, name, messages, size, last activity (newest change of transcript or "
+        "metadata, local time), state. Reads metadata only.",
+        _ls, cmd_ls),
+    "show": Command(
+        "print a session's messages",
+        "A session's messages, oldest first: role, local time and id on a header line, then the text "
+        "(wrapped). All of them, or with --limit N the N newest (before --before ID / after --after ID).",
+        _show, cmd_show),
+    "tail": Command(
+        "print the newest messages; -f follows new ones",
+        "The newest N messages. With -f, keeps printing messages as they are appended (polling, "
+        "lock-free), also across a truncate, revert or rewrite of the session, until Ctrl-C.",
+        _tail, cmd_tail),
+    "search": Command(
+        "find sessions by keyword",
+        "Sessions whose name or message text contains KEYWORD (case-insensitive), newest activity first.",
+        _search, cmd_search),
+    "verify": Command(
+        "check the store's health (fsck); exit 1 on problems",
+        "Reads every file of the store (or of the sessions KEY...) and reports torn tails, corrupt lines "
+        "(line and byte offset), ids out of order, missing, corrupt, mismatched or orphan sidecars, "
+        "leftover temp files, interrupted writes (pending records, odd counters), permissions other "
+        "than 0600 (0700 for the directory) and symlinks, with how to fix each. Changes nothing. "
+        "Exit status 0 healthy, 1 problems found, 2 usage error.",
+        _verify, cmd_verify),
+    "repair": Command(
+        "set corrupt lines aside (quarantine) and rewrite a session",
+        "Rewrites the session keeping every line that parses, dropping a torn tail and duplicate "
+        "lines; when it drops a corrupt line it first saves the original bytes in "
+        "<stem>.quarantine-<time>.jsonl.bak next to it. Prints what was kept, set aside, and where.",
+        _key, cmd_repair),
+    "export": Command(
+        "print a session as JSONL",
+        "The session's messages as JSONL on stdout, one message a line (all fields, as stored). "
+        "Refuses a transcript with corrupt lines unless --lenient.",
+        _export, cmd_export),
+    "import": Command(
+        "create a session from JSONL or a JSON array of messages",
+        "Reads messages from FILE (- for stdin): JSONL (one message object a line), or a JSON array of "
+        "{role, content, ...} objects as OpenAI-style SDKs produce (or an object with a \"messages\" "
+        "array). Extra fields (tool_calls, tool_call_id, name...) are kept; so are ids and created_at. "
+        "Written in one atomic batch. Refuses an existing session unless --append.",
+        _import, cmd_import),
+    "rm": Command(
+        "delete sessions",
+        "Deletes each session (transcript, then sidecar). Refuses a session in state running unless "
+        "--force. Quarantine files are kept.",
+        _rm, cmd_rm),
+    "stats": Command(
+        "totals for the store",
+        "Sessions (by state), messages, bytes, torn tails, leftover temp files, orphan sidecars and "
+        "quarantine files. Cheap: metadata, file stats and one byte per transcript; corrupt lines need "
+        "a full read, which is `verify`.",
+        _stats, cmd_stats),
+    "demo": Command(
+        "a guided tour in a temporary store",
+        "Builds a store in a new temporary directory (or --root DIR, which must hold no sessions; "
+        f"${ENV_ROOT} is not used), holds a short agent conversation, forks and reverts it, simulates a "
+        "crash that tears a write and a corrupt line, shows recovery, verify and repair, and prints "
+        "where the files are.",
+        _demo, cmd_demo),
+}
+
+#: The command names, in the order ``--help`` lists them.
+COMMANDS = tuple(TABLE)
