@@ -154,3 +154,15 @@ def test_the_data_types_are_listed_with_their_fields() -> None:
             assert names == [f.name for f in dataclasses.fields(cls)], name
         else:
             assert names == list(inspect.signature(cls).parameters), name
+
+
+def test_every_link_of_the_docs_points_inside_the_repository() -> None:
+    """README and docs/ link only files that ship with the repository (or web pages)."""
+    repo = API.parent.parent
+    pages = [repo / "README.md", *sorted((repo / "docs").glob("*.md")), *sorted((repo / "benchmarks").glob("*.md"))]
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://", "#")):
+                continue
+            path = (page.parent / target.split("#", 1)[0]).resolve()
+            assert path.is_relative_to(repo) and path.exists(), f"{page.name} links {target}"
