@@ -7,8 +7,20 @@ the schema, the durability mapping and what :meth:`~SqliteSessionStore.verify` c
 
 from __future__ import annotations
 
+from .migrate import MigrateReport, export_session, import_session, migrate
 from .schema import SCHEMA_VERSION, SchemaError
-from .store import SqliteSessionStore
+from .store import SessionSnapshot, SqliteSessionStore
 from .verify import Finding, VerifyReport
 
-__all__ = ["SCHEMA_VERSION", "Finding", "SchemaError", "SqliteSessionStore", "VerifyReport"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "Finding",
+    "MigrateReport",
+    "SchemaError",
+    "SessionSnapshot",
+    "SqliteSessionStore",
+    "VerifyReport",
+    "export_session",
+    "import_session",
+    "migrate",
+]
