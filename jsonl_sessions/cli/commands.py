@@ -18,7 +18,19 @@ from ..errors import InvalidMessageError, SessionExistsError, SessionNotFoundErr
 from ..keys import key_to_stem
 from ..transcript import BOM
 from ..types import ChatMessage, SessionMetadata, SessionQuery
-from .common import EXIT_FAILURE, EXIT_OK, CliError, Printer, err, open_store, out, quarantine_files, sessions_out
+from .common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CliError,
+    Printer,
+    UsageError,
+    err,
+    open_store,
+    out,
+    quarantine_files,
+    sessions_out,
+)
+from .foreign import export_to, import_from
 from .tail import PAGE
 
 SORTS: dict[str, tuple[Callable[[SessionMetadata], Any], bool]] = {
@@ -83,6 +95,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.to is not None or args.output is not None or args.session_id is not None:
+        return export_to(args)
     store = open_store(args)
     messages = store.load(args.key) if args.lenient else store.try_load(args.key)
     if not messages and not store.session_exists(args.key):
@@ -126,6 +140,10 @@ def _import_messages(data: bytes, source: str) -> list[ChatMessage]:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    if args.source is not None:
+        return import_from(args)
+    if args.file is None:
+        raise UsageError("import needs KEY and FILE (or --from FORMAT PATH)")
     if args.file == "-":
         data, source = sys.stdin.buffer.read(), "<stdin>"
     else:

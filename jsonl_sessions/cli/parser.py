@@ -137,11 +137,21 @@ def _verify(p: argparse.ArgumentParser) -> None:
 def _export(p: argparse.ArgumentParser) -> None:
     _key(p)
     p.add_argument("--lenient", action="store_true", help="skip corrupt lines (with a warning) instead of failing")
+    p.add_argument("--to", choices=("claude-code",), default=None, help="another tool's transcript format")
+    p.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="with --to: write FILE atomically instead of stdout (as <session id>.jsonl inside a "
+                        "directory)")
+    p.add_argument("--session-id", metavar="ID", default=None,
+                   help="with --to claude-code: the session id of new entries (default: the Claude session's, "
+                        "else one derived from the first message)")
 
 
 def _import(p: argparse.ArgumentParser) -> None:
-    _key(p)
-    p.add_argument("file", metavar="FILE", help="the file to read, or - for stdin")
+    p.usage = f"{PROG} import [options] KEY FILE\n       {PROG} import [options] --from {{claude-code,codex}} PATH"
+    p.add_argument("key", metavar="KEY", help="the session key (with --from: the PATH to read)")
+    p.add_argument("file", metavar="FILE", nargs="?", default=None, help="the file to read, or - for stdin")
+    p.add_argument("--from", dest="source", choices=("claude-code", "codex"), default=None,
+                   help="read another tool's session files")
     p.add_argument("--append", action="store_true", help="append to the session if it exists")
     p.add_argument("--new-ids", action="store_true", help="ignore the input's ids; the store assigns new ones")
 
@@ -208,14 +218,21 @@ TABLE: dict[str, Command] = {
     "export": Command(
         "print a session as JSONL",
         "The session's messages as JSONL on stdout, one message a line (all fields, as stored). "
-        "Refuses a transcript with corrupt lines unless --lenient.",
+        "Refuses a transcript with corrupt lines unless --lenient. With --to claude-code: the session "
+        "as a Claude Code transcript that Claude Code and the Claude Agent SDK resume (entries stored "
+        "by the Claude adapter or an import as they are; other user/assistant text messages as new "
+        "entries; lines with no Claude Code form left out and counted on stderr).",
         _export, cmd_export),
     "import": Command(
         "create a session from JSONL or a JSON array of messages",
         "Reads messages from FILE (- for stdin): JSONL (one message object a line), or a JSON array of "
         "{role, content, ...} objects as OpenAI-style SDKs produce (or an object with a \"messages\" "
         "array). Extra fields (tool_calls, tool_call_id, name...) are kept; so are ids and created_at. "
-        "Written in one atomic batch. Refuses an existing session unless --append.",
+        "Written in one atomic batch. Refuses an existing session unless --append. With --from: PATH is "
+        "a Claude Code transcript (<project>/<session>.jsonl, with its subagent transcripts) or project "
+        "directory, imported as claude/<project>/<session> (entries already there, by uuid, are "
+        "skipped), or a Codex CLI rollout file or sessions directory, imported as codex/<session id>. "
+        "Unknown line types, a byte order mark and a torn last line are tolerated.",
         _import, cmd_import),
     "rm": Command(
         "delete sessions",

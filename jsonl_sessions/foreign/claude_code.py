@@ -31,6 +31,7 @@ from urllib.parse import quote, unquote
 
 from ..errors import InvalidSessionKeyError
 from ..types import ChatMessage
+from .fields import join_field, split_field
 
 __all__ = [
     "CONTENT_AT_FIELD",
@@ -61,14 +62,7 @@ def entry_to_message(entry: Mapping[str, Any], *, created_at: int | None = None)
     content: Any = None
     message = entry.get("message")
     if isinstance(message, Mapping) and "content" in message:
-        inner: dict[str, Any] = {}
-        for position, (name, value) in enumerate(message.items()):
-            if name == "content":
-                content = value
-                extra[CONTENT_AT_FIELD] = position
-            else:
-                inner[name] = value
-        rest["message"] = inner
+        content, rest["message"], extra[CONTENT_AT_FIELD] = split_field(message, "content")
     return ChatMessage(role, content, created_at=created_at, kind=kind, extra=extra)
 
 
@@ -80,17 +74,9 @@ def message_to_entry(message: ChatMessage) -> dict[str, Any] | None:
     if not isinstance(stored, dict):
         return None
     entry = dict(stored)
-    at = extra.get(CONTENT_AT_FIELD)
     inner = entry.get("message")
-    if type(at) is int and isinstance(inner, dict):
-        rebuilt: dict[str, Any] = {}
-        for position, (name, value) in enumerate(inner.items()):
-            if position == at:
-                rebuilt["content"] = message.content
-            rebuilt[name] = value
-        if at >= len(inner):
-            rebuilt["content"] = message.content
-        entry["message"] = rebuilt
+    if isinstance(inner, dict) and CONTENT_AT_FIELD in extra:
+        entry["message"] = join_field(inner, "content", message.content, extra[CONTENT_AT_FIELD])
     return entry
 
 

@@ -40,7 +40,7 @@ from ..protocol import SessionBackend
 from ..types import ChatMessage
 from .claude_code import DEFAULT_PREFIX, ClaudeKey, entry_to_message, message_to_entry, project_prefix
 
-__all__ = ["SUMMARY_CONTEXT", "ClaudeSessions", "Fold"]
+__all__ = ["SUMMARY_CONTEXT", "ClaudeSessions", "Fold", "guard"]
 
 #: The sidecar context entry holding a session's summary (JSON text).
 SUMMARY_CONTEXT = "claude_agent_sdk.summary"
@@ -60,10 +60,6 @@ class ClaudeSessions:
         self.prefix = prefix
         self._fold = fold
 
-    def _guard(self, store_key: str) -> contextlib.AbstractContextManager[Any]:
-        lock = getattr(self.store, "lock", None)
-        return lock(store_key) if callable(lock) else contextlib.nullcontext()
-
     # -- writing ----------------------------------------------------------------------
     def append(self, key: ClaudeKey, entries: Sequence[Mapping[str, Any]]) -> int:
         """Append the entries whose ``uuid`` the transcript does not hold yet (creating
@@ -76,7 +72,7 @@ class ClaudeSessions:
         if not entries:
             return 0
         store_key = key.store_key(self.prefix)
-        with self._guard(store_key):
+        with guard(self.store, store_key):
             existing = self.store.load(store_key)
             known = _first_of_each(_entries_of(existing))
             every = _first_of_each(known + [dict(e) for e in entries])
@@ -171,6 +167,13 @@ class ClaudeSessions:
                 key = ClaudeKey.parse(store_key, self.prefix)
                 if key is not None and key.project_key == project_key:
                     yield key
+
+
+def guard(store: SessionBackend, key: str) -> contextlib.AbstractContextManager[Any]:
+    """The session's guard when the backend has one (``lock(key)``), to make a read and a
+    write one step for every writer; otherwise a no-op."""
+    lock = getattr(store, "lock", None)
+    return lock(key) if callable(lock) else contextlib.nullcontext()
 
 
 def _uuid(entry: Mapping[str, Any]) -> str | None:

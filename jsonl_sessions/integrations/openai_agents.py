@@ -44,6 +44,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from ..errors import SessionNotFoundError
+from ..foreign import responses
 from ..keys import validate_key
 from ..protocol import SessionBackend
 from ..types import ChatMessage
@@ -51,51 +52,14 @@ from ._common import StoreLike, finish, open_store, where
 
 __all__ = ["JsonlSession", "item_to_message", "message_to_item"]
 
-#: The extra fields of a line written by this adapter.
-ITEM_FIELD = "item"
-CONTENT_AT_FIELD = "content_at"
-
-
 def item_to_message(item: Mapping[str, Any]) -> ChatMessage:
     """The transcript message that stores ``item`` (see the module docstring)."""
-    if not isinstance(item, Mapping):
-        raise TypeError(f"a session item must be a mapping (a dict), not {type(item).__name__}")
-    role = item.get("role")
-    if not isinstance(role, str):
-        role = item.get("type")
-        if not isinstance(role, str):
-            role = "item"
-    kind = "compaction" if item.get("type") == "compaction" else "message"
-    rest: dict[str, Any] = {}
-    content: Any = None
-    extra: dict[str, Any] = {ITEM_FIELD: rest}
-    for position, (name, value) in enumerate(item.items()):
-        if name == "content":
-            content = value
-            extra[CONTENT_AT_FIELD] = position
-        else:
-            rest[name] = value
-    return ChatMessage(role, content, kind=kind, extra=extra)
+    return responses.item_to_message(item)
 
 
 def message_to_item(message: ChatMessage) -> TResponseInputItem:
     """The item stored as ``message`` (the inverse of :func:`item_to_message`)."""
-    extra = message.extra
-    rest = extra.get(ITEM_FIELD)
-    if not isinstance(rest, dict):
-        # Not written by this adapter: an easy input message from the line's fields.
-        return cast("TResponseInputItem", {"role": message.role, "content": message.content, **extra})
-    at = extra.get(CONTENT_AT_FIELD)
-    if type(at) is not int:
-        return cast("TResponseInputItem", dict(rest))
-    item: dict[str, Any] = {}
-    for position, (name, value) in enumerate(rest.items()):
-        if position == at:
-            item["content"] = message.content
-        item[name] = value
-    if at >= len(rest):
-        item["content"] = message.content
-    return cast("TResponseInputItem", item)
+    return cast("TResponseInputItem", responses.message_to_item(message))
 
 
 def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings:
