@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _child import child_env
 
 pytest.importorskip("claude_agent_sdk")  # only a guard: the test extra installs it, so CI runs this file
 
@@ -56,12 +57,6 @@ KEY: Any = {"project_key": "proj", "session_id": "0b1f7f3e-8a7a-4c1e-9d2b-2f6f0f
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
-
-
-def child_env() -> dict[str, str]:
-    """The environment of a worker process: it imports this checkout's jsonl_sessions."""
-    here = str(pathlib.Path(__file__).resolve().parent.parent)
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
 
 
 def user(uuid: str, text: Any, parent: str | None = None, **more: Any) -> dict[str, Any]:

@@ -1,11 +1,11 @@
 """JsonlChatMessageHistory against the real langchain-core: BaseChatMessageHistory's
 contract, lossless messages of every type, RunnableWithMessageHistory with a fake chat
-model (no network), concurrency from many coroutines, a SIGKILL in the middle of writing,
-and the missing-package error.
+model (no network), concurrency from many coroutines and from several processes, a SIGKILL
+in the middle of writing, and the missing-package error.
 
-The SIGKILL worker is this file run as a script (``python test_integration_langchain.py
-ROOT``): it adds batches of 1-3 messages in a loop (fsync mode) and prints each batch's
-number once ``add_messages`` returned.
+Worker modes (this file run as a script): ``crash ROOT`` adds batches of 1-3 messages in a
+loop (fsync mode) and prints each batch's number once ``add_messages`` returned; ``writer
+ROOT W N GO`` waits for file GO, adds N pairs of writer W's messages and prints ``done``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import warnings
 from typing import Any
 
 import pytest
+from _child import child_env
 
 pytest.importorskip("langchain_core")  # only a guard: the test extra installs langchain-core, so CI runs this file
 
@@ -290,7 +291,8 @@ def test_sigkill_while_adding_loses_no_acknowledged_message(tmp_path: pathlib.Pa
     root = str(tmp_path / "store")
     rng = random.Random(trial)
     want = rng.randint(5, 40)
-    proc = subprocess.Popen([sys.executable, __file__, root], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, __file__, "crash", root], stdout=subprocess.PIPE, text=True,
+                            env=child_env())
     assert proc.stdout is not None
     acked = -1
     try:
@@ -312,6 +314,34 @@ def test_sigkill_while_adding_loses_no_acknowledged_message(tmp_path: pathlib.Pa
     assert got in whole  # every acknowledged batch, in order; the one in flight whole or not at all
 
 
+# -- several processes ----------------------------------------------------------------------------
+def writer_worker(root: str, writer: int, batches: int, go: str) -> None:
+    history = JsonlChatMessageHistory("shared", root, durability="flush")  # the guard, not fsync, is under test
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    for n in range(batches):
+        history.add_messages([HumanMessage(f"{writer}.{n}.q"), AIMessage(f"{writer}.{n}.a")])
+    print("done", flush=True)
+
+
+def test_processes_adding_to_one_history_lose_and_duplicate_nothing(tmp_path: pathlib.Path) -> None:
+    root, go = str(tmp_path / "store"), str(tmp_path / "go")
+    writers, batches = 2, 15
+    procs = [subprocess.Popen([sys.executable, __file__, "writer", root, str(w), str(batches), go],
+                              stdout=subprocess.PIPE, text=True, env=child_env()) for w in range(writers)]
+    pathlib.Path(go).touch()
+    for proc in procs:
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and out.strip() == "done"
+    got = [m.content for m in JsonlChatMessageHistory("shared", root).messages]
+    assert len(got) == writers * batches * 2
+    for w in range(writers):  # each writer's messages once, in its order, each pair together
+        assert [c for c in got if c.startswith(f"{w}.")] == [f"{w}.{n}.{x}" for n in range(batches) for x in "qa"]
+        for n in range(batches):
+            at = got.index(f"{w}.{n}.q")
+            assert got[at + 1] == f"{w}.{n}.a"
+
+
 # -- packaging --------------------------------------------------------------------------------------
 def test_missing_langchain_gives_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(sys.modules):
@@ -325,4 +355,7 @@ def test_missing_langchain_gives_one_clear_error(monkeypatch: pytest.MonkeyPatch
 
 
 if __name__ == "__main__":
-    worker(sys.argv[1])
+    if sys.argv[1] == "crash":
+        worker(sys.argv[2])
+    else:
+        writer_worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])

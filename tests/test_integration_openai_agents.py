@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _child import child_env
 
 pytest.importorskip("agents")  # only a guard: the test extra installs openai-agents, so CI runs this file
 
@@ -57,12 +58,6 @@ KEY = "conv"
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
-
-
-def child_env() -> dict[str, str]:
-    """The environment of a worker process: it imports this checkout's jsonl_sessions."""
-    here = str(pathlib.Path(__file__).resolve().parent.parent)
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
 
 
 @pytest.fixture
