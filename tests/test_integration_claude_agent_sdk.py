@@ -24,6 +24,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +41,8 @@ from claude_agent_sdk import (
     project_key_for_directory,
 )
 from claude_agent_sdk.testing import run_session_store_conformance
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jsonl_sessions import (
     AsyncSessionStore,
@@ -52,6 +55,7 @@ from jsonl_sessions.foreign.claude_sessions import SUMMARY_CONTEXT
 from jsonl_sessions.integrations import claude_agent_sdk
 from jsonl_sessions.integrations.claude_agent_sdk import JsonlSessionStore
 
+SOAK = os.environ.get("JSONL_SESSIONS_SOAK") == "1"
 KEY: Any = {"project_key": "proj", "session_id": "0b1f7f3e-8a7a-4c1e-9d2b-2f6f0f6c1a11"}
 
 
@@ -205,6 +209,69 @@ def test_load_shows_a_uuid_once_even_when_other_code_wrote_it_twice(root: pathli
     store.store.append(store_key, {"role": "user", "content": "x", "claude": user("u1", "second")})
     store.store.append(store_key, {"role": "note", "content": "a line of other code"})
     assert run(store.load(KEY)) == [user("u1", "first")]
+
+
+# -- against a reference model ------------------------------------------------------------------------
+KEYS: list[Any] = [
+    {"project_key": "p1", "session_id": "s1"},
+    {"project_key": "p1", "session_id": "s2"},
+    {"project_key": "p2", "session_id": "s1"},
+    {"project_key": "p1", "session_id": "s1", "subpath": "subagents/agent-a"},
+    {"project_key": "p1", "session_id": "s1", "subpath": "subagents/w/agent-b"},
+]
+ENTRY = st.fixed_dictionaries(
+    {"type": st.sampled_from(["user", "assistant", "custom-title"]), "n": st.integers(0, 9)},
+    optional={"uuid": st.sampled_from(["u1", "u2", "u3", "u4"])})
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(0, len(KEYS) - 1), st.lists(ENTRY, max_size=4)),
+    st.tuples(st.just("delete"), st.integers(0, len(KEYS) - 1), st.just([]))), max_size=12)
+
+
+def model_append(model: dict[int, list[Any]], at: int, entries: list[Any]) -> None:
+    """What a store that treats ``uuid`` as an idempotency key holds after the append."""
+    seen = {e["uuid"] for e in model.get(at, []) if "uuid" in e}
+    for entry in entries:
+        if "uuid" in entry:
+            if entry["uuid"] in seen:
+                continue
+            seen.add(entry["uuid"])
+        model.setdefault(at, []).append(entry)
+
+
+def model_delete(model: dict[int, list[Any]], at: int) -> None:
+    key = KEYS[at]
+    for other, other_key in enumerate(KEYS):
+        same_session = (other_key["project_key"], other_key["session_id"]) == (key["project_key"], key["session_id"])
+        if other == at or ("subpath" not in key and same_session):
+            model.pop(other, None)
+
+
+@settings(max_examples=300 if SOAK else 30, deadline=None)
+@given(OPS)
+def test_matches_a_reference_model(ops: list[tuple[str, int, list[Any]]]) -> None:
+    model: dict[int, list[Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = JsonlSessionStore(tmp, durability="flush")
+
+        async def main() -> None:
+            for op, at, entries in ops:
+                if op == "append":
+                    await store.append(KEYS[at], entries)
+                    model_append(model, at, entries)
+                else:
+                    await store.delete(KEYS[at])
+                    model_delete(model, at)
+            for at, key in enumerate(KEYS):
+                assert await store.load(key) == model.get(at)
+            for project in ("p1", "p2"):
+                listed = sorted(s["session_id"] for s in await store.list_sessions(project))
+                assert listed == sorted(k["session_id"] for at, k in enumerate(KEYS)
+                                        if at in model and k["project_key"] == project and "subpath" not in k)
+                summarized = sorted(s["session_id"] for s in await store.list_session_summaries(project))
+                assert summarized == listed
+            assert await store.list_subkeys(KEYS[0]) == sorted(KEYS[at]["subpath"] for at in (3, 4) if at in model)
+
+        run(main())
 
 
 # -- the SDK's helpers on this store ------------------------------------------------------------------
