@@ -54,6 +54,7 @@ if __package__ in (None, ""):  # `python benchmarks/history.py`: import from thi
 
 import orjson
 
+from benchmarks import sqlite_backend as backend
 from benchmarks.environ import environment, header_lines, load_average
 from benchmarks.measure import BLOCK_FAST, Group, Row, Target, gc_paused, interleaved, settle
 from benchmarks.table import render_markdown, render_text, to_json
@@ -117,6 +118,7 @@ class HistoryBench:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.execute(FAIR_SCHEMA)
+        self.db = backend.open_backend(base, "flush")
         self.fds: list[int] = []
 
     def close(self) -> None:
@@ -124,6 +126,7 @@ class HistoryBench:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.conn.close()
+        self.db.close()
 
     # -- data ---------------------------------------------------------------------------
     def build(self, key: str, n: int, seed: int) -> Session:
@@ -154,7 +157,8 @@ class HistoryBench:
         self.conn.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)", rows)
         self.conn.execute("COMMIT")
         rng.shuffle(sample)
-        if self.store.get_message_count(key) != n:
+        backend.mirror(self.store, self.db, key)
+        if self.store.get_message_count(key) != n or self.db.get_message_count(key) != n:
             raise RuntimeError("build: wrong message count")
         return Session(key, n, path, os.path.getsize(path), sample, middle)
 
@@ -167,7 +171,7 @@ class HistoryBench:
     def reads(self, sessions: Sequence[Session]) -> list[Group]:
         calls = self.sizes.calls
         groups: list[Group] = []
-        store, conn = self.store, self.conn
+        store, conn, db = self.store, self.conn, self.db
         per_op: dict[str, list[tuple[Session, dict[str, Callable[[int], object]], dict[str, str]]]] = {}
         for s in sessions:
             fd = self.open_fd(s.path)
@@ -201,41 +205,51 @@ class HistoryBench:
                 "floor": lambda i, path=s.path: os.stat(path),
                 "naive": count_naive,
                 "jsonl_sessions": lambda i, key=key: store.get_message_count(key),
+                backend.ROW: lambda i, key=key: db.get_message_count(key),
                 "sqlite": lambda i, key=key: conn.execute(
                     "SELECT count(*) FROM messages WHERE session = ?", (key,)).fetchone()[0],
             }, {"floor": "floor: os.stat of the transcript",
                 "naive": "naive: read the file, count newlines",
                 "jsonl_sessions": "jsonl_sessions get_message_count",
+                backend.ROW: "jsonl_sessions.sqlite get_message_count (kept in the session row)",
                 "sqlite": "sqlite3 SELECT count(*) WHERE session=? (PK index)"}))
             per_op.setdefault("get_message", []).append((s, {
                 "floor": get_floor, "jsonl_sessions": get_ours, "sqlite": get_sqlite,
+                backend.ROW: lambda i, key=key, sample=sample, m=m: db.get_message(key, sample[i % m][0]),
             }, {"floor": "floor: pread of the known line + orjson.loads",
                 "jsonl_sessions": "jsonl_sessions get_message (binary search)",
+                backend.ROW: "jsonl_sessions.sqlite get_message ((session, id) index)",
                 "sqlite": "sqlite3 SELECT body WHERE session=? AND id=?"}))
             per_op.setdefault("window_end", []).append((s, {
                 "floor": tail_floor,
                 "jsonl_sessions": lambda i, key=key, n=n: store.get_messages(key, offset=n - PAGE, limit=PAGE),
+                backend.ROW: lambda i, key=key, n=n: db.get_messages(key, offset=n - PAGE, limit=PAGE),
                 "sqlite": lambda i, key=key, n=n: [_loads(b) for (b,) in conn.execute(
                     "SELECT body FROM messages WHERE session = ? ORDER BY id LIMIT ? OFFSET ?", (key, PAGE, n - PAGE))],
             }, {"floor": "floor: 64 KiB preads back from the end + loads of 50",
                 "jsonl_sessions": "jsonl_sessions get_messages(offset=n-50, limit=50)",
+                backend.ROW: "jsonl_sessions.sqlite get_messages(offset=n-50, limit=50) (seq range)",
                 "sqlite": "sqlite3 ORDER BY id LIMIT 50 OFFSET n-50"}))
             per_op.setdefault("page", []).append((s, {
                 "floor": tail_floor,
                 "jsonl_sessions": lambda i, key=key: store.page(key, limit=PAGE),
+                backend.ROW: lambda i, key=key: db.page(key, limit=PAGE),
                 "sqlite": lambda i, key=key: [_loads(b) for (b,) in reversed(conn.execute(
                     "SELECT body FROM messages WHERE session = ? ORDER BY id DESC LIMIT ?", (key, PAGE)).fetchall())],
             }, {"floor": "floor: 64 KiB preads back from the end + loads of 50",
                 "jsonl_sessions": "jsonl_sessions page(limit=50)",
+                backend.ROW: "jsonl_sessions.sqlite page(limit=50)",
                 "sqlite": "sqlite3 ORDER BY id DESC LIMIT 50"}))
             per_op.setdefault("page_before", []).append((s, {
                 "floor": before_floor,
                 "jsonl_sessions": lambda i, key=key, c=mid_id: store.page(key, limit=PAGE, before=c),
+                backend.ROW: lambda i, key=key, c=mid_id: db.page(key, limit=PAGE, before=c),
                 "sqlite": lambda i, key=key, c=mid_id: [_loads(b) for (b,) in reversed(conn.execute(
                     "SELECT body FROM messages WHERE session = ? AND id < ? ORDER BY id DESC LIMIT ?",
                     (key, c, PAGE)).fetchall())],
             }, {"floor": "floor: 64 KiB preads back from the known cursor offset + loads",
                 "jsonl_sessions": "jsonl_sessions page(limit=50, before=middle id)",
+                backend.ROW: "jsonl_sessions.sqlite page(limit=50, before=middle id)",
                 "sqlite": "sqlite3 AND id < ? ORDER BY id DESC LIMIT 50"}))
         titles = {"count": ("get_message_count", "per call"),
                   "get_message": ("get_message(random id)", "per call"),
@@ -267,6 +281,7 @@ class HistoryBench:
         for mode in ("fsync", "flush"):
             durable = mode == "fsync"
             store = SessionStore(self.root, durability=mode)
+            db = backend.open_backend(self.base, mode)  # type: ignore[arg-type]  # the same file as self.db
             self.conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             floor_dir = os.path.join(self.base, f"raw-{mode}")
             os.makedirs(floor_dir, exist_ok=True)
@@ -284,11 +299,13 @@ class HistoryBench:
                 "floor": floor,
                 "jsonl_sessions": lambda store=store: store.copy_messages(source.key, "copy"),
                 "sqlite": sqlite_copy,
+                backend.ROW: lambda db=db: db.copy_messages(source.key, "copy"),
             }
             cleanup: dict[str, Callable[[], object]] = {
                 "floor": lambda floor_dir=floor_dir: os.unlink(os.path.join(floor_dir, "copy.jsonl")),
                 "jsonl_sessions": lambda store=store: store.delete_session("copy"),
                 "sqlite": lambda: conn.execute("DELETE FROM messages WHERE session = 'copy'"),
+                backend.ROW: lambda db=db: db.delete_session("copy"),
             }
             self.progress(f"copy_messages ({mode}) of {label(source.n)} ...")
             samples = timed_with_cleanup(ops, cleanup, reps)
@@ -300,7 +317,9 @@ class HistoryBench:
                     samples["floor"]),
                 Row("jsonl_sessions", f'jsonl_sessions copy_messages, durability="{mode}"', samples["jsonl_sessions"]),
                 Row("sqlite", f"sqlite3 INSERT ... SELECT, one transaction, sync={sync}", samples["sqlite"]),
+                Row(backend.ROW, backend.label("copy_messages", mode), samples[backend.ROW]),
             ]
+            db.close()
             groups.append(Group(f"copy_{mode}:{label(source.n)}",
                                 f'copy_messages of {label(source.n)} messages ({source.bytes / 1e6:.1f} MB), '
                                 f'durability="{mode}"', f"per copy, {reps} reps", rows).finish())

@@ -33,6 +33,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/run.py`: import the package from this checkout
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import sqlite_backend as backend
 from benchmarks.concurrency import concurrency_goals, run_concurrency
 from benchmarks.environ import environment, header_lines, load_average
 from benchmarks.measure import BLOCK_FAST, BLOCK_SLOW, Group, Row, Target, interleaved, repeated
@@ -48,6 +49,7 @@ from benchmarks.workload import (
 )
 from jsonl_sessions import ChatMessage, SessionStore
 from jsonl_sessions.keys import key_to_stem
+from jsonl_sessions.sqlite import SqliteSessionStore
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
@@ -112,6 +114,12 @@ class Bench:
         self._closers.append(peer.close)
         return peer
 
+    def backend(self, directory: str, mode: str) -> SqliteSessionStore:
+        """A store of the SQLite backend in ``directory`` (closed with the group)."""
+        db = backend.open_backend(directory, mode)  # type: ignore[arg-type]
+        self._closers.append(db.close)
+        return db
+
     def close_all(self) -> None:
         while self._closers:
             with contextlib.suppress(Exception):
@@ -167,10 +175,12 @@ class Bench:
                 fsync(fd)
 
         peer = self.sqlite(os.path.join(d, "peer.sqlite"), "NORMAL" if flush else "FULL")
+        db = self.backend(d, mode)
         ops: dict[str, Callable[[int], object]] = {
             "floor": floor,
             "jsonl_sessions": lambda i: append(key, pool[i % size]),
             "sqlite_wal_" + ("normal" if flush else "full"): lambda i: peer.append(key, pool[i % size]),
+            backend.ROW: lambda i: db.append(key, pool[i % size]),
         }
         if flush:
             intpk = self.sqlite(os.path.join(d, "intpk.sqlite"), "NORMAL", schema="intpk")
@@ -187,6 +197,7 @@ class Bench:
             Row("jsonl_sessions", f'jsonl_sessions append, durability="{mode}"', samples["jsonl_sessions"]),
             Row(f"sqlite_wal_{sync.lower()}", f"sqlite3 WAL sync={sync} autocommit, (session,id) PK",
                 samples[f"sqlite_wal_{sync.lower()}"]),
+            Row(backend.ROW, backend.label("append", mode), samples[backend.ROW]),
         ]
         if flush:
             rows.append(Row("sqlite_intpk_normal", "sqlite3 WAL sync=NORMAL autocommit, INTEGER PRIMARY KEY + record",
@@ -223,10 +234,12 @@ class Bench:
         sync = "NORMAL" if flush else "FULL"
         peer = self.sqlite(os.path.join(d, "peer.sqlite"), sync)
         append_many = store.append_many
+        db = self.backend(d, mode)
         ops: dict[str, Callable[[int], object]] = {
             "floor": floor,
             "jsonl_sessions": lambda i: append_many(key, batches[i % count]),
             f"sqlite_wal_{sync.lower()}": lambda i: peer.append_many(key, batches[i % count]),
+            backend.ROW: lambda i: db.append_many(key, batches[i % count]),
         }
         samples = interleaved(ops, count=n, block=BLOCK_SLOW if flush else 2, warmup=3)
         rows = [
@@ -235,6 +248,7 @@ class Bench:
             Row("jsonl_sessions", f'jsonl_sessions append_many, durability="{mode}"', samples["jsonl_sessions"]),
             Row(f"sqlite_wal_{sync.lower()}", f"sqlite3 WAL sync={sync}, one transaction, executemany",
                 samples[f"sqlite_wal_{sync.lower()}"]),
+            Row(backend.ROW, backend.label("append_many", mode), samples[backend.ROW]),
         ]
         return Group(f"append_many_{mode}", f'append_many of {b}, durability="{mode}"',
                      f"per batch of {b} messages, {n:,} batches", rows).finish()
@@ -254,12 +268,15 @@ class Bench:
         del records
         path = os.path.join(store.root, key_to_stem(key) + ".jsonl")
         size = os.path.getsize(path)
+        db = self.backend(d, "flush")
+        backend.mirror(store, db, key)
         ops: dict[str, Callable[[], Any]] = {
             "floor": lambda: orjson_floor_load(path),
             "floor_dropped": lambda: orjson_floor_loop(path),
             "load": lambda: store.load(key),
             "jsonl_sessions": lambda: store.try_load(key),
             "sqlite_wal": lambda: peer.load(key),
+            backend.ROW: lambda: db.try_load(key),
         }
         samples = repeated(ops, reps=self.sizes.load_reps, expect=n)
         rows = [
@@ -268,6 +285,7 @@ class Bench:
             Row("load", "jsonl_sessions load (lenient)", samples["load"]),
             Row("jsonl_sessions", "jsonl_sessions try_load (strict)", samples["jsonl_sessions"]),
             Row("sqlite_wal", "sqlite3 SELECT body ORDER BY id + orjson.loads", samples["sqlite_wal"]),
+            Row(backend.ROW, "jsonl_sessions.sqlite try_load (strict)", samples[backend.ROW]),
         ]
         return Group("load", f"load of {n:,} messages ({size / 1e6:.1f} MB)",
                      f"per whole-session read, {self.sizes.load_reps} reps, warm page cache", rows).finish()
@@ -288,10 +306,13 @@ class Bench:
         atomic_replace_floor(floor_path, data)
         peer = self.sqlite(os.path.join(d, "peer.sqlite"), "FULL")
         peer.rewrite(key, records)
+        db = self.backend(d, "fsync")
+        backend.mirror(store, db, key)
         ops: dict[str, Callable[[], object]] = {
             "floor": lambda: atomic_replace_floor(floor_path, data),
             "jsonl_sessions": lambda: store.rewrite_messages(key, messages),
             "sqlite_wal_full": lambda: peer.rewrite(key, records),
+            backend.ROW: lambda: db.rewrite_messages(key, messages),
         }
         samples = repeated(ops, reps=self.sizes.rewrite_reps)
         if store.try_load(key) != messages:
@@ -301,6 +322,7 @@ class Bench:
             Row("jsonl_sessions", 'jsonl_sessions rewrite_messages, durability="fsync"', samples["jsonl_sessions"]),
             Row("sqlite_wal_full", "sqlite3 WAL sync=FULL: DELETE + INSERT all, one transaction",
                 samples["sqlite_wal_full"]),
+            Row(backend.ROW, backend.label("rewrite_messages", "fsync"), samples[backend.ROW]),
         ]
         return Group("rewrite_fsync", f"rewrite_messages of {n:,} messages ({len(data) / 1e6:.1f} MB)",
                      f"per rewrite, {self.sizes.rewrite_reps} reps", rows).finish()
@@ -323,6 +345,8 @@ class Bench:
         peer = self.sqlite(os.path.join(d, "peer.sqlite"), "NORMAL")
         for key in ("big", "small"):
             peer.rewrite(key, [m.to_dict() for m in build.try_load(key)])
+        dbs = {mode: self.backend(d, mode) for mode in ("flush", "fsync")}  # one file, two durabilities
+        backend.mirror(build, dbs["flush"], "big")
 
         # The floor: a copy of the big transcript, truncated at the known start of its last line.
         floor_path = os.path.join(d, "floor.jsonl")
@@ -375,10 +399,11 @@ class Bench:
 
             s = sync.lower()
             ops = {"floor": floor, "jsonl_sessions_small": ours("small"), "jsonl_sessions": ours("big"),
-                   f"sqlite_wal_{s}_small": theirs("small"), f"sqlite_wal_{s}": theirs("big")}
+                   f"sqlite_wal_{s}_small": theirs("small"), f"sqlite_wal_{s}": theirs("big"),
+                   backend.ROW: ours("big", dbs[mode])}  # type: ignore[arg-type]
             after = {"floor": floor_refill, "jsonl_sessions_small": ours_refill("small"),
                      "jsonl_sessions": ours_refill("big"), f"sqlite_wal_{s}_small": theirs_refill("small"),
-                     f"sqlite_wal_{s}": theirs_refill("big")}
+                     f"sqlite_wal_{s}": theirs_refill("big"), backend.ROW: ours_refill("big", dbs[mode])}  # type: ignore[arg-type]
             samples = interleaved(ops, count=self.sizes.remove_calls, block=BLOCK_SLOW if durable else BLOCK_FAST,
                                   warmup=10, after=after)
             for key, expected in (("big", big_n), ("small", small_n)):
@@ -395,6 +420,7 @@ class Bench:
                     samples[f"sqlite_wal_{s}_small"]),
                 Row(f"sqlite_wal_{s}", f"sqlite3 WAL sync={sync} DELETE newest, {big_n:,} rows",
                     samples[f"sqlite_wal_{s}"]),
+                Row(backend.ROW, backend.label(f"remove_last, {big_n:,}-message session", mode), samples[backend.ROW]),
             ]
             total = self.sizes.remove_calls
             groups.append(Group(f"remove_last_{mode}", f'remove_last, durability="{mode}"',

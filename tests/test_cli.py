@@ -796,6 +796,11 @@ def test_every_command_runs_as_a_real_process(command: str, populated: pathlib.P
         assert done.returncode == 0, done.stderr
         assert "ok: 2 sessions" in done.stdout
         return
+    if command == "migrate":
+        done = cli("migrate", str(populated), str(tmp_path / "copy.db"))
+        assert done.returncode == 0, done.stderr
+        assert "copied 1 session from the JSONL directory" in done.stdout
+        return
     argv, status, expected = SUBPROCESS_CASES[command]
     stdin = '[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]'
     done = cli(*argv, root=populated, stdin=stdin if command == "import" else None)

@@ -165,6 +165,11 @@ def test_older_schema_is_migrated_newer_and_foreign_files_refused(tmp_path: path
     with pytest.raises(SchemaError, match="another application"):
         SqliteSessionStore(foreign)
     assert foreign.read_bytes() == before
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database, " * 100)
+    with pytest.raises(SchemaError, match="not a database"):
+        SqliteSessionStore(text)
+    assert text.read_text() == "not a database, " * 100
 
 
 def test_export_is_byte_identical_to_the_jsonl_backend(tmp_path: pathlib.Path) -> None:

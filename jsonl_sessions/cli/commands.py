@@ -16,6 +16,7 @@ import orjson
 
 from ..errors import InvalidMessageError, SessionExistsError, SessionNotFoundError
 from ..keys import key_to_stem
+from ..sqlite import SqliteSessionStore
 from ..transcript import BOM
 from ..types import ChatMessage, SessionMetadata, SessionQuery
 from .common import (
@@ -195,6 +196,6 @@ def cmd_rm(args: argparse.Namespace) -> int:
                     status = EXIT_FAILURE
                     continue
             store.delete_session(key)
-        kept = sorted(quarantine_files(store.root, key_to_stem(key)))
+        kept = [] if isinstance(store, SqliteSessionStore) else sorted(quarantine_files(store.root, key_to_stem(key)))
         out(f"removed session {key!r}" + (f" (kept its quarantine files: {', '.join(kept)})" if kept else ""))
     return status

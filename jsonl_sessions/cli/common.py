@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from ..metadata import QUARANTINE_MARK, QUARANTINE_SUFFIX
+from ..sqlite import SqliteSessionStore
 from ..store import SessionStore
 from ..types import ChatMessage, SessionMetadata
 from .format import COLUMNS, clean, message_json, metadata_json, metadata_row, render_message, table, terminal_width
@@ -72,12 +73,47 @@ def existing_root(args: argparse.Namespace) -> str:
     return root
 
 
-def open_store(args: argparse.Namespace, *, create: bool = False) -> SessionStore:
-    """The store at the resolved root. Unless ``create``, a missing root is a usage error
-    (so a typo in ``--root`` never silently creates an empty store). Opening a store
-    removes temp files that interrupted writes left for idle sessions (docs/format.md)."""
+#: File name endings taken for a SQLite store by ``--backend auto``.
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+Store = SessionStore | SqliteSessionStore
+
+
+def is_sqlite_path(path: str, backend: str = "auto") -> bool:
+    """Whether ``path`` names a SQLite store: ``backend`` says so, or (``auto``) its name ends
+    in ``.db`` / ``.sqlite`` / ``.sqlite3`` or it is a file starting with SQLite's header."""
+    if backend != "auto":
+        return backend == "sqlite"
+    if path.lower().endswith(SQLITE_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def is_sqlite(args: argparse.Namespace) -> bool:
+    """Whether the arguments name a SQLite store (``--backend``, or the root's name)."""
+    return is_sqlite_path(resolve_root(args.root), getattr(args, "backend", "auto"))
+
+
+def open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
+    """The store at the resolved root: a JSONL directory, or a SQLite file (see
+    :func:`is_sqlite`). Unless ``create``, a missing root is a usage error (so a typo in
+    ``--root`` never silently creates an empty store). Opening a JSONL store removes temp
+    files that interrupted writes left for idle sessions (docs/format.md)."""
+    if is_sqlite(args):
+        return open_sqlite(args, create=create)
     root = resolve_root(args.root) if create else existing_root(args)
     return SessionStore(root, lock_timeout=args.lock_timeout)
+
+
+def open_sqlite(args: argparse.Namespace, *, create: bool = False) -> SqliteSessionStore:
+    """The SQLite store at the resolved root; unless ``create``, a missing file is a usage error."""
+    path = resolve_root(args.root)
+    if not create and not os.path.isfile(path):
+        raise UsageError(f"no SQLite store at {path}: the file does not exist (give --root FILE or set {ENV_ROOT})")
+    return SqliteSessionStore(path, lock_timeout=args.lock_timeout)
 
 
 def quarantine_files(root: str, stem: str) -> set[str]:

@@ -20,7 +20,7 @@ from ..core import TRANSCRIPT_SUFFIX
 from ..errors import CorruptTranscriptError
 from ..keys import key_to_stem
 from ..store import SessionStore
-from .common import CliError
+from .common import CliError, UsageError
 from .format import render_message, terminal_width
 from .repair import run_repair
 from .verify import run_verify
@@ -51,6 +51,8 @@ def _run(argv: list[str], command: Callable[[], int]) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``demo [--root DIR]``: the tour, in a new temporary directory unless ``--root``."""
+    if getattr(args, "backend", "auto") == "sqlite":
+        raise UsageError("the demo tours the JSONL files (torn writes, corrupt lines); it has no SQLite version")
     return run_demo(args.root, args.width)
 
 

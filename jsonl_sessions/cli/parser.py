@@ -13,6 +13,7 @@ from .commands import SORTS, cmd_export, cmd_import, cmd_ls, cmd_rm, cmd_search,
 from .common import ENV_ROOT, PROG, resolve_root
 from .demo import cmd_demo
 from .repair import cmd_repair
+from .sqlite import cmd_migrate
 from .stats import cmd_stats
 from .tail import cmd_tail
 from .verify import cmd_verify
@@ -49,8 +50,14 @@ def _seconds(text: str) -> float:
 def _root_help() -> str:
     text = (f"Store directory: --root DIR, else ${ENV_ROOT}, else the per-user data directory "
             "(Linux: $XDG_DATA_HOME/jsonl-sessions, default ~/.local/share/jsonl-sessions; macOS: "
-            "~/Library/Application Support/jsonl-sessions; Windows: %LOCALAPPDATA%\\jsonl-sessions).")
+            "~/Library/Application Support/jsonl-sessions; Windows: %LOCALAPPDATA%\\jsonl-sessions). "
+            "A root that is a file, or ends in .db, .sqlite or .sqlite3, is a SQLite store (see --backend).")
     return textwrap.fill(text, 78, break_on_hyphens=False) + f"\nNow: {resolve_root()}"
+
+
+BACKENDS = ("auto", "jsonl", "sqlite")
+_BACKEND_HELP = ("the store's kind: a JSONL directory or a SQLite file (default auto: SQLite when the root is a "
+                 "file or ends in .db, .sqlite or .sqlite3)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"the store directory (now: {resolve_root()})")
     common.add_argument("--lock-timeout", metavar="SECONDS", type=_seconds, default=argparse.SUPPRESS,
                         help="how long a write waits for a busy session (default 10)")
+    common.add_argument("--backend", choices=BACKENDS, default=argparse.SUPPRESS, help=_BACKEND_HELP)
     parser = argparse.ArgumentParser(
         prog=PROG, description="Look inside a jsonl_sessions store: crash-safe JSONL chat sessions for AI agents.",
         epilog=f"{_root_help()}\n\nExit status: 0 ok, 1 failure or problems found, 2 usage error, 130 "
@@ -68,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--root", metavar="DIR", default=None, help=f"the store directory (now: {resolve_root()})")
     parser.add_argument("--lock-timeout", metavar="SECONDS", type=_seconds, default=10.0,
                         help="how long a write waits for a busy session (default 10)")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto", help=_BACKEND_HELP)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in TABLE.items():
@@ -161,6 +170,13 @@ def _rm(p: argparse.ArgumentParser) -> None:
     p.add_argument("-f", "--force", action="store_true", help="also remove running sessions; ignore missing ones")
 
 
+def _migrate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", metavar="SRC", help="the store to copy: a JSONL directory or a SQLite file")
+    p.add_argument("target", metavar="DST", help="the store to copy into (created if missing)")
+    p.add_argument("--from", dest="source_backend", choices=BACKENDS, default="auto", help="SRC's kind (default auto)")
+    p.add_argument("--to", dest="target_backend", choices=BACKENDS, default="auto", help="DST's kind (default auto)")
+
+
 def _stats(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="as JSON")
 
@@ -245,6 +261,15 @@ TABLE: dict[str, Command] = {
         "quarantine files. Cheap: metadata, file stats and one byte per transcript; corrupt lines need "
         "a full read, which is `verify`.",
         _stats, cmd_stats),
+    "migrate": Command(
+        "copy a whole store between a JSONL directory and a SQLite file",
+        "Copies every session of SRC into DST: messages as their exact stored lines (byte-identical), all "
+        "metadata (name, alias, owner, state, context, breadcrumb, created time, fork lineage) and the "
+        "last-activity time. Each session is all or nothing; one that already exists in DST is left as it "
+        "is and reported. A directory is a JSONL store, a file (or a name ending in .db, .sqlite, .sqlite3) "
+        "a SQLite store; --from / --to override. A progress bar on stderr when it is a terminal. Exit "
+        "status 1 when a session was not copied.",
+        _migrate, cmd_migrate),
     "demo": Command(
         "a guided tour in a temporary store",
         "Builds a store in a new temporary directory (or --root DIR, which must hold no sessions; "

@@ -13,15 +13,20 @@ from ..errors import SessionNotFoundError, UnsafePathError
 from ..keys import key_to_stem
 from ..locks import read_control
 from ..metadata import _plan
+from ..sqlite import SqliteSessionStore
 from ..store import SessionStore
 from ..transcript import BOM, parse
+from . import sqlite as sqlite_cli
 from .common import EXIT_OK, LOGGER, open_store, out, quarantine_files
 from .format import clean, short
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
     """``repair KEY`` on the store the arguments name."""
-    return run_repair(open_store(args), args.key)
+    store = open_store(args)
+    if isinstance(store, SqliteSessionStore):
+        return sqlite_cli.run_repair(store, args.key)
+    return run_repair(store, args.key)
 
 
 def run_repair(store: SessionStore, key: str) -> int:

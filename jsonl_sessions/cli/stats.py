@@ -13,7 +13,8 @@ from ..core import LOCK_SUFFIX, SIDECAR_SUFFIX, TMP_SUFFIX, TRANSCRIPT_SUFFIX
 from ..keys import key_to_stem
 from ..metadata import QUARANTINE_MARK, QUARANTINE_SUFFIX
 from ..store import SessionStore
-from .common import EXIT_OK, PROG, existing_root, json_out, out
+from . import sqlite as sqlite_cli
+from .common import EXIT_OK, PROG, existing_root, is_sqlite, json_out, open_sqlite, out
 from .format import clean, when
 from .format import size as fmt_size
 
@@ -62,6 +63,8 @@ def _files(root: str) -> dict[str, int]:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """Print the store's totals, as text or (``--json``) one JSON object."""
+    if is_sqlite(args):
+        return sqlite_cli.run_stats(open_sqlite(args), as_json=args.json)
     root = existing_root(args)
     temps = _temp_files(root)  # before opening the store, which removes those of idle sessions
     store = SessionStore(root, lock_timeout=args.lock_timeout)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 
 from ..core import LOCK_SUFFIX, TRANSCRIPT_SUFFIX
 from ..errors import MessageNotFoundError, SessionNotFoundError, SessionStoreError
 from ..keys import key_to_stem
 from ..locks import read_control
-from ..store import SessionStore
-from .common import EXIT_OK, Printer, err, open_store
+from ..sqlite import SqliteSessionStore
+from .common import EXIT_OK, Printer, Store, err, open_store
 
 PAGE = 500  # messages per read when catching up
 _REANCHOR = 1000  # newest messages searched for new ones after a follow cursor vanished
@@ -23,15 +24,28 @@ def cmd_tail(args: argparse.Namespace) -> int:
     (KeyboardInterrupt, which :func:`jsonl_sessions.cli.main` turns into exit status 130)."""
     store = open_store(args)
     printer = Printer(args.jsonl, args.width, flush=args.follow)
-    stem = key_to_stem(args.key)
-    paths = os.path.join(store.root, stem + TRANSCRIPT_SUFFIX), os.path.join(store.root, stem + LOCK_SUFFIX)
-    seen = _signature(*paths)  # taken before the read: a change right after it is caught by the first poll
+    probe = _probe(store, args.key)
+    seen = probe()  # taken before the read: a change right after it is caught by the first poll
     page = store.page(args.key, limit=args.n)
     printer(page.messages)
     if args.follow:
-        _follow(store, args.key, page.messages[-1].id if page.messages else None, seen, paths, printer,
+        _follow(store, args.key, page.messages[-1].id if page.messages else None, seen, probe, printer,
                 args.interval)
     return EXIT_OK
+
+
+def _probe(store: Store, key: str) -> Callable[[], Signature]:
+    """How to tell that the session changed: file stats and the control counter of a JSONL
+    session; the count, size and last-activity time kept in a SQLite session's row."""
+    if isinstance(store, SqliteSessionStore):
+        def row() -> Signature:
+            md = store.get_session_metadata(key)
+            return None if md is None else (md.message_count, md.size_bytes, int(md.updated_at.timestamp() * 1e6)
+                                            if md.updated_at else 0, 0)
+        return row
+    stem = key_to_stem(key)
+    paths = os.path.join(store.root, stem + TRANSCRIPT_SUFFIX), os.path.join(store.root, stem + LOCK_SUFFIX)
+    return lambda: _signature(*paths)
 
 
 Signature = tuple[int, int, int, int] | None
@@ -51,10 +65,10 @@ def _signature(transcript: str, lock: str) -> Signature:
     return st.st_ino, st.st_size, st.st_mtime_ns, seq
 
 
-def _follow(store: SessionStore, key: str, last: str | None, seen: Signature, paths: tuple[str, str],
+def _follow(store: Store, key: str, last: str | None, seen: Signature, probe: Callable[[], Signature],
             printer: Printer, interval: float) -> None:
     """Print messages as they are appended, like ``tail -f``, until interrupted. Polls the
-    transcript's stat and control counter (``paths``) every ``interval`` seconds and, when
+    session's signature (``probe``) every ``interval`` seconds and, when
     they differ from ``seen``, reads the page after the last printed id (lock-free). A
     cursor that vanished (truncate, revert, rewrite) is re-anchored: of the newest
     messages, those with an id above it are new. A removed session is waited for; when it
@@ -62,7 +76,7 @@ def _follow(store: SessionStore, key: str, last: str | None, seen: Signature, pa
     gone = False
     while True:
         time.sleep(interval)
-        now = _signature(*paths)
+        now = probe()
         if now == seen:
             continue
         seen = now
@@ -77,7 +91,7 @@ def _follow(store: SessionStore, key: str, last: str | None, seen: Signature, pa
         last = _catch_up(store, key, last, printer)
 
 
-def _catch_up(store: SessionStore, key: str, last: str | None, printer: Printer) -> str | None:
+def _catch_up(store: Store, key: str, last: str | None, printer: Printer) -> str | None:
     while True:
         try:
             page = store.page(key, limit=PAGE, after=last or "")

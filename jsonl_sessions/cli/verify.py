@@ -36,7 +36,8 @@ from ..keys import hashed_stem_matches, is_hashed, key_to_stem, stem_to_key
 from ..locks import RECORD_OFFSET, parse_record, read_control
 from ..metadata import QUARANTINE_MARK, QUARANTINE_SUFFIX
 from ..transcript import BOM
-from .common import ENV_ROOT, EXIT_FAILURE, EXIT_OK, UsageError, json_out, out, resolve_root
+from . import sqlite as sqlite_cli
+from .common import ENV_ROOT, EXIT_FAILURE, EXIT_OK, UsageError, is_sqlite, json_out, open_sqlite, out, resolve_root
 from .format import clean
 from .format import size as fmt_size
 from .report import Finding, Progress, Report
@@ -50,6 +51,8 @@ _SETTLE_SECONDS = 0.3  # how long a changing file or an odd counter is re-read b
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """``verify [KEY...]`` on the root the arguments name."""
+    if is_sqlite(args):
+        return sqlite_cli.run_verify(open_sqlite(args), args.keys or None, as_json=args.json)
     return run_verify(resolve_root(args.root), args.keys or None, as_json=args.json)
 
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 from ..errors import LockTimeoutError
 from ..types import Durability
-from .schema import is_current, upgrade
+from .schema import SchemaError, is_current, upgrade
 
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6  # result codes (named in sqlite3 from Python 3.11 on)
 #: The busy timeout used for ``lock_timeout=None`` (waited in a loop: forever).
@@ -62,9 +62,13 @@ class Database:
         if not os.path.exists(path):  # created 0600 before SQLite opens it (its WAL files copy the mode)
             with contextlib.suppress(FileExistsError):
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        conn = self.conn()
-        with self.read() as c:
-            current = is_current(c)
+        try:
+            conn = self.conn()
+            with self.read() as c:
+                current = is_current(c)
+        except sqlite3.DatabaseError as exc:  # not a database at all
+            self.close()
+            raise SchemaError(path=path, reason=str(exc)) from None
         if not current:  # first: a file that is not a store is refused unchanged
             with self.write(None) as c:
                 upgrade(c, path)

@@ -38,9 +38,9 @@ def _usable_id(message_id: object) -> bool:
     return True
 
 
-def _backward(c: sqlite3.Connection, sid: int, end: int) -> Iterator[Row]:
-    """The rows before position ``end``, newest first, fetched in growing chunks."""
-    chunk = 32
+def _backward(c: sqlite3.Connection, sid: int, end: int, chunk: int = 32) -> Iterator[Row]:
+    """The rows before position ``end``, newest first, fetched in growing chunks (the first
+    of ``chunk`` rows)."""
     while end > 0:
         got = c.execute("SELECT seq, created_at, line FROM messages WHERE session = ? AND seq < ? "
                         "ORDER BY seq DESC LIMIT ?", (sid, end, chunk)).fetchall()
@@ -51,9 +51,9 @@ def _backward(c: sqlite3.Connection, sid: int, end: int) -> Iterator[Row]:
         chunk = min(chunk * 4, 4096)
 
 
-def _forward(c: sqlite3.Connection, sid: int, start: int) -> Iterator[Row]:
-    """The rows from position ``start`` on, oldest first, fetched in growing chunks."""
-    chunk = 32
+def _forward(c: sqlite3.Connection, sid: int, start: int, chunk: int = 32) -> Iterator[Row]:
+    """The rows from position ``start`` on, oldest first, fetched in growing chunks (the
+    first of ``chunk`` rows)."""
     while True:
         got = c.execute("SELECT seq, created_at, line FROM messages WHERE session = ? AND seq >= ? "
                         "ORDER BY seq LIMIT ?", (sid, start, chunk)).fetchall()
@@ -234,7 +234,7 @@ class HistoryMethods(SqliteCore):
     def _page_backward(self, c: sqlite3.Connection, s: SessionRow, limit: int, before: str | None,
                        reading: _Reading, breakpoint: bool, whole_turns: bool) -> Page:
         end, newer = (s.count, False) if before is None else (self._cursor(c, s, before), True)
-        lines = _Rows(_backward(c, s.id, end))
+        lines = _Rows(_backward(c, s.id, end, min(limit + 1, 4096)))
         picked: list[tuple[int, ChatMessage]] = []  # newest first
         newest: int | None = None
         for row in lines:
@@ -287,7 +287,7 @@ class HistoryMethods(SqliteCore):
     def _page_forward(self, c: sqlite3.Connection, s: SessionRow, limit: int, after: str,
                       reading: _Reading, breakpoint: bool, whole_turns: bool) -> Page:
         start = 0 if after == "" else self._cursor(c, s, after) + 1
-        lines = _Rows(_forward(c, s.id, start))
+        lines = _Rows(_forward(c, s.id, start, min(limit + 1, 4096)))
         picked: list[tuple[int, ChatMessage]] = []  # oldest first
         for row in lines:
             message = reading.accept(row)

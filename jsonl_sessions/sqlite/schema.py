@@ -48,7 +48,7 @@ _V1 = (
         line BLOB NOT NULL,
         PRIMARY KEY (session, seq)
     )""",
-    "CREATE INDEX messages_by_id ON messages(session, id)",
+    "CREATE INDEX messages_by_id ON messages(session, id, seq)",
 )
 
 _V2 = (

@@ -1,0 +1,173 @@
+"""The SQLite side of ``jsonl-sessions``: ``migrate`` between the backends, and the
+``verify``, ``repair`` and ``stats`` commands on a SQLite store (the other commands work
+on either backend through the same API).
+
+A root is a SQLite store with ``--backend sqlite``, or with the default ``--backend auto``
+when it is an existing file or ends in ``.db`` / ``.sqlite`` / ``.sqlite3``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+from ..errors import SessionNotFoundError
+from ..sqlite import SqliteSessionStore, VerifyReport, migrate
+from ..sqlite.verify import KINDS
+from ..store import SessionStore
+from .common import EXIT_FAILURE, EXIT_OK, LOGGER, PROG, Store, UsageError, err, is_sqlite_path, json_out, out
+from .format import clean, when
+from .format import size as fmt_size
+
+
+# -- migrate ----------------------------------------------------------------------------------
+def _open(path: str, backend: str, *, create: bool, lock_timeout: float) -> Store:
+    path = os.path.abspath(os.path.expanduser(path))
+    if is_sqlite_path(path, backend):
+        if not create and not os.path.isfile(path):
+            raise UsageError(f"no SQLite store at {path}")
+        return SqliteSessionStore(path, lock_timeout=lock_timeout)
+    if not create and not os.path.isdir(path):
+        raise UsageError(f"no store at {path}: not a directory")
+    return SessionStore(path, lock_timeout=lock_timeout)
+
+
+class ProgressBar:
+    """``[#####.....] 12/40 key`` redrawn in place on stderr, only when stderr is a terminal."""
+
+    def __init__(self, stream: Any = None, width: int = 30) -> None:
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.active = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int, key: str) -> None:
+        if not self.active or (done < total and time.monotonic() - self._last < 0.05):
+            return
+        self._last = time.monotonic()
+        filled = self.width * done // max(total, 1)
+        label = clean(key, one_line=True)[:30]
+        self.stream.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {label:<30}")
+        if done == total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """``migrate SRC DST``: copy every session of SRC into DST (see :func:`jsonl_sessions.sqlite.migrate`)."""
+    if os.path.abspath(args.source) == os.path.abspath(args.target):
+        raise UsageError("SRC and DST are the same store")
+    source = _open(args.source, args.source_backend, create=False, lock_timeout=args.lock_timeout)
+    target = _open(args.target, args.target_backend, create=True, lock_timeout=args.lock_timeout)
+    kinds = {True: "SQLite file", False: "JSONL directory"}
+    report = migrate(source, target, progress=ProgressBar())
+    for key, exc in sorted(report.failed.items()):
+        err(f"error: session {key!r} not copied: {exc}")
+    out(f"copied {len(report.copied)} session{'s' if len(report.copied) != 1 else ''} from the "
+        f"{kinds[isinstance(source, SqliteSessionStore)]} {source.root} to the "
+        f"{kinds[isinstance(target, SqliteSessionStore)]} {target.root}"
+        + (f"; {len(report.failed)} not copied (see above)" if report.failed else ""))
+    source.close()
+    target.close()
+    return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+# -- verify -----------------------------------------------------------------------------------
+def run_verify(store: SqliteSessionStore, keys: list[str] | None, *, as_json: bool = False) -> int:
+    """``verify`` on a SQLite store: ``PRAGMA integrity_check`` and the store's invariants
+    (see :mod:`jsonl_sessions.sqlite.verify`); only the findings about ``keys`` (and the
+    file as a whole) when given. Exit status 0 healthy, 1 problems found."""
+    if keys:
+        missing = [k for k in keys if not store.session_exists(k)]
+        if missing:
+            raise SessionNotFoundError(key=missing[0])
+    report = store.verify()
+    findings = [f for f in report.findings if not keys or f.key is None or f.key in keys]
+    if as_json:
+        json_out({"path": report.path, "ok": not findings, "sessions": report.sessions,
+                  "messages": report.messages, "problems": [
+                      {"kind": f.kind, "key": f.key, "line": f.line, "detail": f.detail} for f in findings]})
+        return EXIT_OK if not findings else EXIT_FAILURE
+    for f in findings:
+        where = "the file" if f.key is None else f"session {f.key!r}" + (f" line {f.line}" if f.line else "")
+        out(clean(f"{where}: {KINDS.get(f.kind, f.kind)}: {f.detail}", one_line=True))
+    out(_summary(report, len(findings)))
+    return EXIT_OK if not findings else EXIT_FAILURE
+
+
+def _summary(report: VerifyReport, problems: int) -> str:
+    checked = f"{report.sessions} sessions, {report.messages} messages"
+    if not problems:
+        return f"ok: {checked} in {report.path}; no problems (PRAGMA integrity_check: ok)"
+    return (f"{problems} problem{'s' if problems != 1 else ''} in {report.path}; checked {checked}. "
+            f"`{PROG} --root {report.path} repair KEY` sets a session's corrupt rows aside")
+
+
+# -- repair -----------------------------------------------------------------------------------
+def run_repair(store: SqliteSessionStore, key: str) -> int:
+    """``repair KEY`` on a SQLite store: ``compact(key, repair=True)``, then a report."""
+    before = store.get_message_count(key)
+    LOGGER.disabled = True  # its warning says where the rows went; so does the report below
+    try:
+        dropped = store.compact(key, repair=True)
+    finally:
+        LOGGER.disabled = False
+    if not dropped:
+        out(f"session {key!r} needs no repair: {before} messages, nothing changed")
+        return EXIT_OK
+    out(f"repaired session {key!r}: kept {before - dropped} messages, set aside {dropped} row"
+        f"{'s' if dropped != 1 else ''} (corrupt, or repeating an earlier id)")
+    out(f"every original row is saved in the quarantine table of {store.root} "
+        f"(SELECT * FROM quarantine WHERE session_key = ...)")
+    return EXIT_OK
+
+
+# -- stats ------------------------------------------------------------------------------------
+def run_stats(store: SqliteSessionStore, *, as_json: bool) -> int:
+    """``stats`` on a SQLite store: sessions by state, messages, bytes, the file's size,
+    quarantined rows. Reads metadata and the session rows only."""
+    sessions = store.list_sessions_with_metadata()
+    states = Counter(md.state or "none" for md in sessions)
+    activity = [md.updated_at for md in sessions if md.updated_at is not None]
+    files = [store.root + suffix for suffix in ("", "-wal", "-shm") if os.path.exists(store.root + suffix)]
+    conn = sqlite3.connect(f"file:{store.root}?mode=ro", uri=True)
+    try:
+        quarantined = conn.execute("SELECT count(*) FROM quarantine").fetchone()[0]
+    finally:
+        conn.close()
+    result: dict[str, Any] = {
+        "root": store.root,
+        "backend": "sqlite",
+        "sessions": len(sessions),
+        "states": dict(sorted(states.items())),
+        "messages": sum(md.message_count for md in sessions),
+        "transcript_bytes": sum(md.size_bytes for md in sessions),
+        "store_files": len(files),
+        "store_bytes": sum(os.path.getsize(f) for f in files),
+        "quarantined_rows": quarantined,
+        "oldest_activity": min(activity).isoformat() if activity else None,
+        "newest_activity": max(activity).isoformat() if activity else None,
+    }
+    if as_json:
+        json_out(result)
+        return EXIT_OK
+    state_text = ", ".join(f"{states[s]} {'without a state' if s == 'none' else s}"
+                           for s in ("running", "idle", "error", "none") if states[s])
+    rows = [
+        ("store", f"{store.root} (SQLite)"),
+        ("sessions", f"{result['sessions']}" + (f" ({state_text})" if sessions else "")),
+        ("messages", str(result["messages"])),
+        ("messages bytes", fmt_size(result["transcript_bytes"])),
+        ("all files", f"{fmt_size(result['store_bytes'])} in {len(files)} files (database, WAL)"),
+        ("quarantined rows", str(quarantined)),
+        ("corrupt rows", f"not counted (a full read): run `{PROG} verify`"),
+        ("activity", f"{when(min(activity))} .. {when(max(activity))}" if activity else "-"),
+    ]
+    for label, value in rows:
+        out(f"{label + ':':<18}{clean(value, one_line=True)}")
+    return EXIT_OK
