@@ -202,6 +202,27 @@ def test_a_retried_batch_is_stored_once_and_entries_without_uuid_every_time(root
     assert store.store.get_message_count(f"claude/proj/{KEY['session_id']}") == 4  # nothing skipped was written
 
 
+def test_dedup_sees_writes_of_other_writers_and_removals(root: pathlib.Path) -> None:
+    first, second = JsonlSessionStore(root, durability="flush"), JsonlSessionStore(root, durability="flush")
+    run(first.append(KEY, [user("u1", "a")]))
+    run(second.append(KEY, [user("u2", "b", "u1")]))  # another writer (as another process would)
+    run(first.append(KEY, [user("u2", "b again", "u1"), user("u3", "c", "u2")]))  # first must see u2
+    assert [e["uuid"] for e in run(first.load(KEY))] == ["u1", "u2", "u3"]
+    first.store.remove_last(f"claude/proj/{KEY['session_id']}")  # u3 removed by other code
+    run(first.append(KEY, [user("u3", "c, sent again", "u2")]))  # so it is new again
+    assert [e["message"]["content"] for e in run(first.load(KEY))] == ["a", "b", "c, sent again"]
+
+
+def test_incremental_summary_equals_a_fold_of_the_whole_transcript(root: pathlib.Path) -> None:
+    from claude_agent_sdk import fold_session_summary
+
+    store = JsonlSessionStore(root, durability="flush")
+    for n in range(0, len(TRANSCRIPT), 2):
+        run(store.append(KEY, TRANSCRIPT[n:n + 2]))
+    [summary] = run(store.list_session_summaries("proj"))
+    assert summary["data"] == fold_session_summary(None, KEY, run(store.load(KEY)))["data"]
+
+
 def test_load_shows_a_uuid_once_even_when_other_code_wrote_it_twice(root: pathlib.Path) -> None:
     store = JsonlSessionStore(root, durability="flush")
     run(store.append(KEY, [user("u1", "first")]))

@@ -23,8 +23,10 @@ Guarantees (with :class:`jsonl_sessions.SessionStore`, or any backend that has a
   sending the same ``uuid`` at the same moment may both write it; :meth:`load` returns
   the first occurrence only, so readers never see the duplicate.
 
-Costs: ``append`` and ``load`` read the whole transcript (O(session)); the listings are
-O(sessions in the store).
+Costs: ``append`` is O(entries) when this object made the transcript's last change (it
+keeps the uuids of the transcripts it appended to, checked against the session's message
+count, size and newest line id, all O(1) to read), else O(session): it reads the
+transcript's uuids again. ``load`` is O(session); the listings are O(sessions in the store).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SessionNotFoundError
@@ -44,6 +47,9 @@ __all__ = ["SUMMARY_CONTEXT", "ClaudeSessions", "Fold", "guard"]
 
 #: The sidecar context entry holding a session's summary (JSON text).
 SUMMARY_CONTEXT = "claude_agent_sdk.summary"
+
+#: How many transcripts' uuids an object keeps in memory at most.
+_KNOWN_SESSIONS = 256
 
 #: ``fold(previous_summary, sdk_key, entries) -> summary``: the SDK's ``fold_session_summary``.
 Fold = Callable[[Any, Any, Any], Any]
@@ -59,13 +65,19 @@ class ClaudeSessions:
         self.store = store
         self.prefix = prefix
         self._fold = fold
+        # The uuids of the transcripts this object appended to, valid while the session's
+        # look (count, size, newest id) is the one after that append. Only with a guard:
+        # without one, another writer may come between the look and the append.
+        self._guarded = callable(getattr(store, "lock", None))
+        self._known: dict[str, _Known] = {}
 
     # -- writing ----------------------------------------------------------------------
     def append(self, key: ClaudeKey, entries: Sequence[Mapping[str, Any]]) -> int:
         """Append the entries whose ``uuid`` the transcript does not hold yet (creating
         the session if needed); how many were written. TypeError for an entry that is not
         a mapping, :class:`~jsonl_sessions.SerializationError` (a TypeError) for one that
-        is not JSON: nothing written."""
+        is not JSON: nothing written. Cost: O(entries) when this object made the
+        transcript's last change, else O(session) (it reads the transcript's uuids)."""
         for entry in entries:
             if not isinstance(entry, Mapping):
                 raise TypeError(f"a transcript entry must be a mapping (a dict), not {type(entry).__name__}")
@@ -73,26 +85,52 @@ class ClaudeSessions:
             return 0
         store_key = key.store_key(self.prefix)
         with guard(self.store, store_key):
-            existing = self.store.load(store_key)
-            known = _first_of_each(_entries_of(existing))
-            every = _first_of_each(known + [dict(e) for e in entries])
-            fresh = every[len(known):]
-            if not fresh:
-                return 0
-            newest = existing[-1].created_at if existing else None
-            stamp = max(now_ms(), (newest or 0) + 1)  # each batch a later time: summaries can tell
-            self.store.append_many(store_key, [entry_to_message(e, created_at=stamp) for e in fresh])
-            if key.subpath is None and self._fold is not None:
-                self._write_summary(key, store_key, every, stamp)
+            look = self._look(store_key)
+            known = self._known.pop(store_key, None)
+            if known is None or look is None or known.look != look[:3]:
+                known = _Known(look[:3] if look else None, _uuids(self.store.load(store_key)))
+            fresh = _new_entries(known.uuids, entries)
+            if fresh:
+                newest = look[3] if look else None
+                stamp = max(now_ms(), (newest or 0) + 1)  # each batch a later time: summaries can tell
+                self.store.append_many(store_key, [entry_to_message(e, created_at=stamp) for e in fresh])
+                known.uuids.update(u for u in map(_uuid, fresh) if u is not None)
+                if key.subpath is None and self._fold is not None:
+                    self._write_summary(key, store_key, fresh, newest, stamp)
+                look = self._look(store_key)
+            if self._guarded and look is not None:
+                if len(self._known) >= _KNOWN_SESSIONS:
+                    self._known.clear()
+                self._known[store_key] = _Known(look[:3], known.uuids)
         return len(fresh)
 
-    def _write_summary(self, key: ClaudeKey, store_key: str, entries: list[dict[str, Any]], stamp: int) -> None:
+    def _look(self, store_key: str) -> tuple[int, int, str, int | None] | None:
+        """``(message count, size, newest line id, its created_at)``: O(1), and different
+        after any change to the transcript. None for a missing session."""
+        meta = self.store.get_session_metadata(store_key)
+        if meta is None:
+            return None
+        try:
+            newest = self.store.page(store_key, limit=1).messages
+        except SessionNotFoundError:  # deleted meanwhile (possible only without a guard)
+            return None
+        last = newest[-1] if newest else None
+        return (meta.message_count, meta.size_bytes, last.id if last else "", last.created_at if last else None)
+
+    def _write_summary(self, key: ClaudeKey, store_key: str, fresh: list[dict[str, Any]], newest: int | None,
+                       stamp: int) -> None:
+        """Fold ``fresh`` into the stored summary when that summary is current (its mtime
+        is the newest line's time before this append), else fold the whole transcript."""
         assert self._fold is not None
         sdk_key = {"project_key": key.project_key, "session_id": key.session_id}
-        summary = dict(self._fold(None, sdk_key, entries))
-        summary["mtime"] = stamp
         meta = self.store.get_session_metadata(store_key)
         context = dict(meta.context) if meta is not None else {}
+        previous = _parse_summary(context.get(SUMMARY_CONTEXT))
+        if previous is not None and newest is not None and previous["mtime"] == newest:
+            summary = dict(self._fold(previous, sdk_key, fresh))
+        else:
+            summary = dict(self._fold(None, sdk_key, _new_entries(set(), _entries_of(self.store.load(store_key)))))
+        summary["mtime"] = stamp
         context[SUMMARY_CONTEXT] = json.dumps(summary, ensure_ascii=False, separators=(",", ":"))
         self.store.set_session_context(store_key, context)
 
@@ -100,10 +138,12 @@ class ClaudeSessions:
         """Delete one transcript; for a main key (no subpath) its subagent transcripts
         first, then the session, so an interrupted delete leaves the session listed and a
         second call finishes it. Each deletion is atomic; a missing key is no error."""
-        if key.subpath is None:
-            for subpath in self.list_subkeys(key):
-                self.store.delete_session(ClaudeKey(key.project_key, key.session_id, subpath).store_key(self.prefix))
-        self.store.delete_session(key.store_key(self.prefix))
+        doomed = [ClaudeKey(key.project_key, key.session_id, sub) for sub in self.list_subkeys(key)] \
+            if key.subpath is None else []
+        for gone in [*doomed, key]:
+            store_key = gone.store_key(self.prefix)
+            self._known.pop(store_key, None)
+            self.store.delete_session(store_key)
 
     # -- reading ----------------------------------------------------------------------
     def load(self, key: ClaudeKey) -> list[dict[str, Any]] | None:
@@ -113,7 +153,7 @@ class ClaudeSessions:
         store_key = key.store_key(self.prefix)
         if not self.store.session_exists(store_key):
             return None
-        return _first_of_each(_entries_of(self.store.load(store_key)))
+        return _new_entries(set(), _entries_of(self.store.load(store_key)))
 
     def list_sessions(self, project_key: str) -> list[tuple[str, int]]:
         """``(session_id, mtime)`` of every main transcript of ``project_key``; ``mtime``
@@ -181,23 +221,33 @@ def _uuid(entry: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _entries_of(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    """The Claude entries held by ``messages`` (lines of other code left out)."""
-    return [e for e in (message_to_entry(m) for m in messages) if e is not None]
+@dataclass
+class _Known:
+    look: tuple[int, int, str] | None
+    uuids: set[str]
 
 
-def _first_of_each(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``entries`` without the repeats of a ``uuid`` (the first one stays)."""
-    seen: set[str] = set()
-    out = []
+def _uuids(messages: list[ChatMessage]) -> set[str]:
+    return {u for u in map(_uuid, _entries_of(messages)) if u is not None}
+
+
+def _new_entries(known: set[str], entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The entries whose ``uuid`` neither ``known`` nor an earlier entry holds."""
+    seen = set(known)
+    fresh = []
     for entry in entries:
         uuid = _uuid(entry)
         if uuid is not None:
             if uuid in seen:
                 continue
             seen.add(uuid)
-        out.append(entry)
-    return out
+        fresh.append(dict(entry))
+    return fresh
+
+
+def _entries_of(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The Claude entries held by ``messages`` (lines of other code left out)."""
+    return [e for e in (message_to_entry(m) for m in messages) if e is not None]
 
 
 def _parse_summary(text: str | None) -> dict[str, Any] | None:
