@@ -1,7 +1,7 @@
 """JsonlSessionStore against the real Claude Agent SDK: the SDK's own
 ``run_session_store_conformance`` (unmodified), lossless Claude Code entries, ``uuid``
 deduplication, the SDK's store helpers (listing with summaries, reading messages,
-importing a local transcript) on our store, bad entries, a SIGKILL in the middle of
+importing a local transcript, materializing a session for resume) on our store, bad entries, a SIGKILL in the middle of
 appending, and several processes appending to one session at once.
 
 Worker modes (this file run as a script):
@@ -312,6 +312,40 @@ def test_sdk_lists_and_reads_sessions_from_the_store(root: pathlib.Path, tmp_pat
     assert summary["mtime"] == listed["mtime"]  # fresh: the SDK takes its fast path
     messages = run(get_session_messages_from_store(store, KEY["session_id"], directory=directory))
     assert [m.uuid for m in messages][:2] == ["u1", "a1"]
+
+
+@pytest.mark.parametrize("how", ["resume", "continue"])
+def test_sdk_materializes_a_session_for_resume_from_the_store(root: pathlib.Path, tmp_path: pathlib.Path,
+                                                              how: str) -> None:
+    """What the SDK does before it starts the CLI to resume: load the session (and its
+    subagent transcripts) from the store into a Claude Code config directory."""
+    from claude_agent_sdk import ClaudeAgentOptions
+    from claude_agent_sdk._internal.session_resume import materialize_resume_session
+
+    directory = tmp_path / "project"
+    directory.mkdir()
+    store = JsonlSessionStore(root, durability="flush")
+    key = {"project_key": project_key_for_directory(str(directory)), "session_id": KEY["session_id"]}
+    run(store.append(key, TRANSCRIPT))
+    sub = [user("x1", "subtask", isSidechain=True)]
+    run(store.append({**key, "subpath": "subagents/agent-1"}, sub))
+    chosen = {"resume": KEY["session_id"]} if how == "resume" else {"continue_conversation": True}
+    options = ClaudeAgentOptions(session_store=store, cwd=str(directory),
+                                 env={"CLAUDE_CONFIG_DIR": str(tmp_path / "no-config")}, **chosen)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        done = await materialize_resume_session(options)
+        assert done is not None and done.resume_session_id == KEY["session_id"]
+        try:
+            project = done.config_dir / "projects" / key["project_key"]
+            written = (project / f"{KEY['session_id']}.jsonl").read_text().splitlines()
+            assert [json.loads(line) for line in written] == TRANSCRIPT
+            subagent = (project / KEY["session_id"] / "subagents" / "agent-1.jsonl").read_text().splitlines()
+            assert [json.loads(line) for line in subagent] == sub
+        finally:
+            await done.cleanup()
+
+    run(main())
 
 
 def test_a_summary_older_than_the_session_is_stale_for_the_sdk(root: pathlib.Path) -> None:
