@@ -52,7 +52,7 @@ def run(coro: Any) -> Any:
 
 
 # -- the official conformance suite ------------------------------------------------------------
-@pytest.mark.parametrize("backend", ["flush", "fsync", "memory"])
+@pytest.mark.parametrize("backend", ["flush", "fsync", "memory", "sqlite"])
 def test_conformance_suite_passes_every_capability(tmp_path: pathlib.Path, backend: str) -> None:
     @checkpointer_test(name=f"JsonlCheckpointSaver-{backend}")
     async def factory() -> Any:
@@ -64,6 +64,10 @@ def test_conformance_suite_passes_every_capability(tmp_path: pathlib.Path, backe
                     pass
 
             yield JsonlCheckpointSaver(Memory())
+        elif backend == "sqlite":
+            from jsonl_sessions.sqlite import SqliteSessionStore
+
+            yield JsonlCheckpointSaver(SqliteSessionStore(tmp_path / f"{uuid.uuid4().hex}.db", durability="flush"))
         else:
             yield JsonlCheckpointSaver(tmp_path / f"store-{uuid.uuid4().hex}", durability=backend)
 
