@@ -278,3 +278,15 @@ def test_lock_block_commits_what_its_calls_did(tmp_path: pathlib.Path) -> None:
         raise RuntimeError("the caller's block fails afterwards")
     assert [m.content for m in SqliteSessionStore(tmp_path / "s.db").load("k")] == ["kept"]
     store.close()
+
+
+def test_readme_sqlite_example_runs(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "SqliteSessionStore" in b)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "README.md", "exec"), {})  # noqa: S102 - running the README example is the point
+    store = SqliteSessionStore(tmp_path / "sessions.db")
+    assert [m.content for m in store.load("chat-42")] == ["What is 2 + 2?"]
+    store.close()
