@@ -161,7 +161,7 @@ def sidecars(root: pathlib.Path) -> dict[str, Any]:
     return {p.name: orjson.loads(p.read_bytes()) for p in sorted(root.glob("*.meta.json"))}
 
 
-@settings(max_examples=300 if SOAK else 25, deadline=None,
+@settings(max_examples=300 if SOAK else 20, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(program=st.lists(ops, min_size=1, max_size=20))
 def test_same_operations_same_results_then_migrate_both_ways(program: list[Op]) -> None:
