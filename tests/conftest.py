@@ -3,8 +3,12 @@ from __future__ import annotations
 import pathlib
 
 import pytest
+from _budget import SOAK
+from hypothesis import settings
 
 from jsonl_sessions import SessionStore
+
+settings.load_profile("soak" if SOAK else "lean")
 
 
 @pytest.fixture(params=["fsync", "flush"])

@@ -4,14 +4,21 @@ Shipped inside the package so that a third-party backend (SQLite, a cloud store,
 in-memory fake) can prove it honours the contract of docs/api.md the way this library's
 own :class:`~jsonl_sessions.SessionStore` does, with the same tools:
 
+- :class:`ReferenceStore` (``reference.py``): the reference model, what every method
+  returns and changes as plain Python over a dict of lists (``reference.page``: page
+  semantics), used by everything below.
 - :func:`make_state_machine` (``machine.py``): a Hypothesis state machine built from a
-  ``factory(path)``; run it with ``run_state_machine_as_test``.
+  ``factory(path)``, checking every method against the reference model (options: a
+  manual or frozen clock, a ``storage`` capability); run it with
+  ``run_state_machine_as_test``.
 - :mod:`~jsonl_sessions.testing.strategies`: session keys (hostile ones included),
   messages, compaction markers, tool call / result pairs.
 - :class:`SessionStoreContract` (``contract.py``): a pytest mixin whose tests cover the
   error contract of every method; subclass it and define a ``store`` fixture.
 - :class:`MemorySessionStore` (``memory.py``): an in-memory implementation of the whole
-  API, passing the same harness; a test double.
+  API built on the reference model, passing the same harness; a test double.
+- :class:`JsonlFileDamage` (``files.py``): the ``damage`` / ``storage`` capability for
+  stores in the JSONL file layout.
 - :class:`FaultInjector` and :func:`fault_loop` (``faults.py``): make the Nth OS call of
   a kind fail (or kill the process) through the store's one platform seam, and run a
   mutation with the failure point advanced one by one.
@@ -35,18 +42,22 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
 from . import strategies
 from .contract import SessionStoreContract
 from .faults import ERRNOS, KINDS, FaultInjector, FaultLoopReport, fault_loop
+from .files import JsonlFileDamage
 from .machine import ManualClock, make_state_machine
 from .memory import MemorySessionStore
 from .powerloss import PowerLossReport, check_power_loss
+from .reference import ReferenceStore
 
 __all__ = [
     "ERRNOS",
     "KINDS",
     "FaultInjector",
     "FaultLoopReport",
+    "JsonlFileDamage",
     "ManualClock",
     "MemorySessionStore",
     "PowerLossReport",
+    "ReferenceStore",
     "SessionStoreContract",
     "check_power_loss",
     "fault_loop",

@@ -30,7 +30,6 @@ it, as fsspec's and zarr's abstract suites do):
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -47,8 +46,8 @@ from ..errors import (
     SessionNotFoundError,
 )
 from ..ids import decode, encode
-from ..keys import key_to_stem
 from ..types import SessionQuery
+from .files import JsonlFileDamage
 
 KEY = "contract"
 OTHER = "other \U0001f99c"
@@ -211,26 +210,6 @@ BAD_READS: dict[str, tuple[Call, type[Exception]]] = {
     "fork onto itself": (lambda s, k: s.copy_messages(k, k), SessionExistsError),
     "fork onto an existing session": (lambda s, k: s.copy_messages(k, OTHER), SessionExistsError),
 }
-
-
-class JsonlFileDamage:
-    """The ``damage`` capability for stores using the JSONL file layout
-    (``<root>/<stem>.jsonl``): read a transcript's bytes, append raw bytes to it (under
-    the session's guard, as a polite other tool would)."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-
-    def path(self, key: str) -> str:
-        return os.path.join(self.store.root, key_to_stem(key) + ".jsonl")
-
-    def raw(self, key: str) -> bytes:
-        with open(self.path(key), "rb") as f:
-            return f.read()
-
-    def append_raw(self, key: str, data: bytes) -> None:
-        with self.store.lock(key), open(self.path(key), "ab") as f:
-            f.write(data)
 
 
 def snapshot(store: Any, keys: tuple[str, ...] = (KEY, OTHER, "fork", "fork target")) -> dict[str, Any]:

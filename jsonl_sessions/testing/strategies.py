@@ -154,7 +154,9 @@ def _build(role: str, content: Any, kind: str, extra: dict[str, Any], created_at
            message_id: str, as_dict: bool) -> ChatMessage | dict[str, Any]:
     if not as_dict:
         return ChatMessage(role, content, id=message_id, created_at=created_at, kind=kind, extra=extra)
-    d: dict[str, Any] = {"role": role, "content": content, **extra}
+    d: dict[str, Any] = {"role": role, **extra}
+    if content is not None or created_at is None:  # a dict without "content" means None
+        d["content"] = content
     if kind != "message":
         d["kind"] = kind
     if created_at is not None:
