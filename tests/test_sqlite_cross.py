@@ -176,6 +176,7 @@ def test_same_operations_same_results_then_migrate_both_ways(program: list[Op]) 
             got_jsonl, got_db = call(jsonl, op, step), call(db, op, step)
             assert got_jsonl == got_db, f"step {step} {op}: JSONL {got_jsonl!r}, SQLite {got_db!r}"
             assert observe(jsonl) == observe(db), f"after step {step} {op}"
+        assert db.verify().ok, db.verify().findings  # index columns, counters, positions agree with the rows
         # migrate both ways, and back
         into_db = SqliteSessionStore(tmp / "copy.db")
         into_jsonl = SessionStore(tmp / "copy")

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 from .. import codec, ids
 from ..errors import (
     CorruptTranscriptError,
-    DuplicateMessageError,
     InvalidMessageError,
     SessionNotFoundError,
 )
 from ..keys import validate_key
 from ..types import ChatMessage, Durability, MessageLike, TimestampedMessage, as_message
 from . import rows
+from .assign import assign_ids
 from .db import Database
 
 if TYPE_CHECKING:
@@ -164,10 +164,17 @@ class SqliteCore:
             raise rows.corrupt(s.key, self._path, (exc.line or 1) - 1, base + (exc.offset or 0),
                                exc.reason or "") from None
 
-    def _insert(self, c: sqlite3.Connection, sid: int, first_seq: int, lines: Sequence[bytes]) -> None:
+    def _insert(self, c: sqlite3.Connection, sid: int, first_seq: int, lines: Sequence[bytes],
+                records: Sequence[dict[str, Any]] | None = None) -> None:
+        """Insert ``lines`` at positions ``first_seq...``, with their index columns taken from
+        ``records`` (the records they encode) or, without them, decoded from the lines."""
+        if records is None:
+            index = [rows.index_of(line) for line in lines]
+        else:
+            index = [(r["id"], r["created_at"], r["role"], r["kind"]) for r in records]
         c.executemany(
             "INSERT INTO messages (session, seq, id, created_at, role, kind, line) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(sid, first_seq + i, *rows.index_of(line), line) for i, line in enumerate(lines)])
+            [(sid, first_seq + i, *cols, line) for i, (cols, line) in enumerate(zip(index, lines))])
 
     def _create(self, c: sqlite3.Connection, key: str, meta: Mapping[str, Any]) -> int:
         cur = c.execute("INSERT INTO sessions (key, meta, activity_ns) VALUES (?, ?, ?)",
@@ -178,9 +185,10 @@ class SqliteCore:
         c.execute("UPDATE sessions SET message_count = ?, size_bytes = ?, activity_ns = ? WHERE id = ?",
                   (count, size, time.time_ns(), sid))
 
-    def _replace_rows(self, c: sqlite3.Connection, sid: int, lines: Sequence[bytes]) -> None:
+    def _replace_rows(self, c: sqlite3.Connection, sid: int, lines: Sequence[bytes],
+                      records: Sequence[dict[str, Any]] | None = None) -> None:
         c.execute("DELETE FROM messages WHERE session = ?", (sid,))
-        self._insert(c, sid, 0, lines)
+        self._insert(c, sid, 0, lines, records)
         self._set_counts(c, sid, len(lines), rows.sizes(lines))
 
     def _meta(self, s: SessionRow) -> dict[str, Any]:
@@ -207,54 +215,8 @@ class SqliteCore:
     # -- ids and encoding ------------------------------------------------------------------
     def _assign(self, key: str, messages: Sequence[ChatMessage], previous: str | None,
                 exists: Callable[[str], bool] = lambda _mid: False) -> list[dict[str, Any]]:
-        """Records for ``messages`` with ids (kept when given, new ULIDs otherwise) that
-        strictly increase after ``previous``, and created_at (now when missing). ``exists``
-        tells a duplicate id from one merely out of order."""
-        now = self._clock()
-        records: list[dict[str, Any]] = []
-        prev = previous
-        i, n = 0, len(messages)
-
-        def order_error(mid: str, prev_id: str) -> InvalidMessageError:
-            if any(r["id"] == mid for r in records) or exists(mid):
-                return DuplicateMessageError(key=key, message_id=mid)
-            return InvalidMessageError(key=key, message_id=mid, reason=f"id {mid!r} does not sort after the "
-                                       f"previous id {prev_id!r} (ids in a session must strictly increase)")
-
-        while i < n:
-            m = messages[i]
-            if m.id:
-                if prev is not None and m.id <= prev:
-                    raise order_error(m.id, prev)
-                records.append(codec.record_of(m, m.id, now if m.created_at is None else m.created_at))
-                prev = m.id
-                i += 1
-                continue
-            j = i + 1
-            while j < n and not messages[j].id:
-                j += 1
-            if j == n:
-                fresh: list[str] = []
-                for _ in range(i, j):
-                    nxt = ids.next_id(prev, now)
-                    if nxt is None:
-                        raise InvalidMessageError(key=key, reason=f"no ULID sorts after the custom id {prev!r}; "
-                                                  "give the message an id explicitly")
-                    fresh.append(nxt)
-                    prev = nxt
-            else:
-                if prev is not None and messages[j].id <= prev:
-                    raise order_error(messages[j].id, prev)
-                got = ids.ids_between(prev, messages[j].id, j - i, now)
-                if got is None:
-                    raise InvalidMessageError(key=key, reason=f"no id fits between {prev!r} and "
-                                              f"{messages[j].id!r}; give the messages ids explicitly")
-                fresh = got
-            for m2, mid in zip(messages[i:j], fresh):
-                records.append(codec.record_of(m2, mid, now if m2.created_at is None else m2.created_at))
-            prev = fresh[-1]
-            i = j
-        return records
+        """Records with ids and times for ``messages`` (see :func:`assign.assign_ids`)."""
+        return assign_ids(key, messages, previous, self._clock(), exists)
 
     def _encode(self, key: str, records: Iterable[dict[str, Any]]) -> list[bytes]:
         """The lines of ``records`` (without newlines). SerializationError /
@@ -335,7 +297,7 @@ class SqliteCore:
                 sid, count, size = s.id, s.count, s.size
                 records = self._assign(key, msgs, self._last_id(c, sid), lambda mid: self._has_id(c, sid, mid))
                 lines = self._encode(key, records)
-            self._insert(c, sid, count, lines)
+            self._insert(c, sid, count, lines, records)
             self._set_counts(c, sid, count + len(lines), size + rows.sizes(lines))
         return [r["id"] for r in records]
 
@@ -386,7 +348,7 @@ class SqliteCore:
                 records = [codec.record_of(m, new_id, m.created_at if m.created_at is not None else self._clock())]
             line = self._encode(key, records)[0]
             c.execute("DELETE FROM messages WHERE session = ? AND seq = ?", (s.id, seq))
-            self._insert(c, s.id, seq, [line])
+            self._insert(c, s.id, seq, [line], records)
             self._set_counts(c, s.id, s.count, s.size - len(old_line) + len(line))
             return True
 
@@ -398,14 +360,15 @@ class SqliteCore:
         validate_key(key)
         msgs = [as_message(m) for m in messages]
         with self._db.write(key) as c:
-            lines = self._encode(key, self._assign(key, msgs, None))
+            records = self._assign(key, msgs, None)
+            lines = self._encode(key, records)
             s = self._session(c, key)
             if s is None:
                 sid = self._create(c, key, rows.new_meta(key, self._clock()))
             else:
                 self._check_clean(c, s)
                 sid = s.id
-            self._replace_rows(c, sid, lines)
+            self._replace_rows(c, sid, lines, records)
 
     def replace_conversation_state(self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool) -> None:
         """Replace the messages and the trim-breadcrumb flag in one transaction (one
@@ -427,7 +390,8 @@ class SqliteCore:
             s = self._session(c, key)
             if if_exists and s is None:
                 return False
-            lines = self._encode(key, self._assign(key, msgs, None))
+            records = self._assign(key, msgs, None)
+            lines = self._encode(key, records)
             if s is None:
                 sid = self._create(c, key, rows.new_meta(key, self._clock(), bool(breadcrumb)))
             else:
@@ -436,7 +400,7 @@ class SqliteCore:
                 meta["trim_breadcrumb"] = bool(breadcrumb)
                 self._write_meta(c, s, meta)
                 sid = s.id
-            self._replace_rows(c, sid, lines)
+            self._replace_rows(c, sid, lines, records)
             return True
 
     def set_session_trim_breadcrumb(self, key: str, present: bool) -> None:
