@@ -35,12 +35,11 @@ from types import ModuleType
 if __package__ in (None, ""):  # `python benchmarks/syscalls.py`: import from this checkout
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.hotloop import MESSAGE
 from jsonl_sessions import SessionStore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = "warm"
-MESSAGE = {"role": "user", "content": ("Please read src/app/main.py and tell me why the retry loop never stops "
-                                       "after a timeout; the log shows status 500 twice, then nothing.")[:200]}
 WARMUP = 3
 BEGIN = "/jsonl-sessions-syscalls-begin"
 END = "/jsonl-sessions-syscalls-end"
