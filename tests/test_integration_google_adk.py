@@ -17,9 +17,7 @@ import os
 import pathlib
 import random
 import signal
-import subprocess
 import sys
-import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -41,15 +39,14 @@ from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.genai import types
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sigkill import kill_after, run_workers
 
 from jsonl_sessions import SerializationError
 from jsonl_sessions.integrations import google_adk as adapter
 from jsonl_sessions.integrations.google_adk import JsonlSessionService
 
 SOAK = os.environ.get("JSONL_SESSIONS_SOAK") == "1"
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 WORKER = str(pathlib.Path(__file__).with_name("adk_worker.py"))
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 def run(coro: Any) -> Any:
@@ -300,23 +297,7 @@ def test_a_runner_keeps_its_conversation_across_service_objects(tmp_path: pathli
 @pytest.mark.parametrize("trial", range(10 if SOAK else 1))
 def test_sigkill_while_appending_loses_no_acknowledged_event(tmp_path: pathlib.Path, trial: int) -> None:
     root, rng = str(tmp_path / "store"), random.Random(trial)
-    want = rng.randint(5, 40)
-    proc = subprocess.Popen([sys.executable, WORKER, "append", root], stdout=subprocess.PIPE, text=True, env=ENV)
-    assert proc.stdout is not None
-    acked = -1
-    try:
-        for line in proc.stdout:
-            acked = int(line)
-            if acked >= want:
-                break
-        time.sleep(rng.uniform(0, 0.01))
-        proc.send_signal(signal.SIGKILL)
-        acked = max([acked, *(int(x) for x in proc.stdout.read().split())])
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
-    assert proc.returncode == -signal.SIGKILL and acked >= want
+    acked = kill_after([WORKER, "append", root], rng.randint(5, 40), rng, jitter=0.01)
 
     async def check() -> None:
         service = JsonlSessionService(root)
@@ -334,9 +315,7 @@ def test_sigkill_while_appending_loses_no_acknowledged_event(tmp_path: pathlib.P
 # -- several processes ----------------------------------------------------------------------------
 def test_processes_appending_at_once_lose_nothing(tmp_path: pathlib.Path) -> None:
     root, count, names = str(tmp_path / "store"), 20, ["p0", "p1"]
-    procs = [subprocess.Popen([sys.executable, WORKER, "concurrent", root, name, str(count)], env=ENV)
-             for name in names]
-    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    run_workers([[WORKER, "concurrent", root, name, str(count)] for name in names])
 
     async def check() -> None:
         service = JsonlSessionService(root)

@@ -19,7 +19,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from typing import Any, TypedDict
 
@@ -35,16 +34,14 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph_worker import build_graph, expected_items
+from sigkill import ENV, kill_after, run_workers
 
 from jsonl_sessions import SerializationError
 from jsonl_sessions.integrations import langgraph as adapter
 from jsonl_sessions.integrations.langgraph import JsonlCheckpointSaver
 
 SOAK = os.environ.get("JSONL_SESSIONS_SOAK") == "1"
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 WORKER = str(pathlib.Path(__file__).with_name("langgraph_worker.py"))
-#: Workers import this checkout's jsonl_sessions, installed or not.
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
 def run(coro: Any) -> Any:
@@ -230,33 +227,11 @@ def test_values_the_serializer_cannot_encode_raise_and_write_nothing(tmp_path: p
 
 
 # -- SIGKILL ------------------------------------------------------------------------------------------
-def kill_after(args: list[str], want: int, rng: random.Random) -> int:
-    """Run this file with ``args``, SIGKILL it a moment after it acknowledged ``want``; the
-    highest acknowledgement it printed."""
-    proc = subprocess.Popen([sys.executable, WORKER, *args], stdout=subprocess.PIPE, text=True, env=ENV)
-    assert proc.stdout is not None
-    acked = -1
-    try:
-        for line in proc.stdout:
-            acked = int(line)
-            if acked >= want:
-                break
-        time.sleep(rng.uniform(0, 0.005))
-        proc.send_signal(signal.SIGKILL)
-        acked = max([acked, *(int(x) for x in proc.stdout.read().split())])
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
-    assert proc.returncode == -signal.SIGKILL and acked >= want
-    return acked
-
-
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
 @pytest.mark.parametrize("trial", range(10 if SOAK else 1))
 def test_sigkill_mid_graph_run_resumes_to_the_same_result(tmp_path: pathlib.Path, trial: int) -> None:
     root, rounds, rng = str(tmp_path / "store"), 40, random.Random(trial)
-    acked = kill_after(["graph", root, str(rounds)], rng.randint(3, 25), rng)
+    acked = kill_after([WORKER, "graph", root, str(rounds)], rng.randint(3, 25), rng)
     graph = build_graph(JsonlCheckpointSaver(root), rounds)
     config: Any = {"configurable": {"thread_id": "run"}}
     state = graph.get_state(config).values
@@ -271,7 +246,7 @@ def test_sigkill_mid_graph_run_resumes_to_the_same_result(tmp_path: pathlib.Path
 @pytest.mark.parametrize("trial", range(10 if SOAK else 1))
 def test_sigkill_mid_puts_loses_no_acknowledged_checkpoint_or_write(tmp_path: pathlib.Path, trial: int) -> None:
     root, rng = str(tmp_path / "store"), random.Random(100 + trial)
-    acked = kill_after(["raw", root], rng.randint(5, 40), rng)
+    acked = kill_after([WORKER, "raw", root], rng.randint(5, 40), rng)
     saver = JsonlCheckpointSaver(root)
     found = list(saver.list({"configurable": {"thread_id": "raw"}}))[::-1]  # oldest first
     assert acked + 1 <= len(found) <= acked + 2  # the one in flight: whole or absent
@@ -289,8 +264,7 @@ def test_sigkill_mid_puts_loses_no_acknowledged_checkpoint_or_write(tmp_path: pa
 # -- several processes ------------------------------------------------------------------------------
 def test_processes_writing_one_thread_at_once_lose_nothing(tmp_path: pathlib.Path) -> None:
     root, count, names = str(tmp_path / "store"), 25, ["p0", "p1", "p2"]
-    procs = [subprocess.Popen([sys.executable, WORKER, "concurrent", root, name, str(count)], env=ENV) for name in names]
-    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    run_workers([[WORKER, "concurrent", root, name, str(count)] for name in names])
     saver = JsonlCheckpointSaver(root)
     found = list(saver.list({"configurable": {"thread_id": "shared"}}))
     assert len(found) == count * len(names)
