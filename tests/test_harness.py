@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import inspect
 import os
 import pathlib
 import signal
@@ -39,18 +40,23 @@ from hypothesis.stateful import run_state_machine_as_test
 
 import jsonl_sessions.testing as harness
 from jsonl_sessions import AsyncSessionStore, ChatMessage, InvalidSessionKeyError, SessionStore, _platform
+from jsonl_sessions.errors import SessionNotFoundError
 from jsonl_sessions.keys import key_to_stem
+from jsonl_sessions.protocol import SessionBackend, backend_methods
 from jsonl_sessions.testing import (
     FaultInjector,
     JsonlFileDamage,
     ManualClock,
     MemorySessionStore,
     SessionStoreContract,
+    calls,
     check_power_loss,
+    contract,
     fault_loop,
     make_state_machine,
     strategies,
 )
+from jsonl_sessions.testing.contract import covered_methods
 from jsonl_sessions.testing.faults import EXIT_STATUS, no_temp_files, observer, run_killed
 
 HAS_FORK = hasattr(os, "fork") and hasattr(signal, "SIGKILL")
@@ -398,6 +404,32 @@ def test_hostile_keys_round_trip(tmp_path: pathlib.Path) -> None:
         store.append(key, msg(key))
     assert store.list_sessions() == sorted(set(strategies.HOSTILE_KEYS))
     assert all(name.endswith((".jsonl", ".meta.json", ".lock")) for name in os.listdir(tmp_path / "s"))
+
+
+# -- the contract, from the protocol ---------------------------------------------------------
+def test_contract_covers_every_protocol_method() -> None:
+    """Every method of the backend protocol is called on purpose by the contract, every
+    parameter of the protocol has a sample value, and the tables name only protocol
+    methods."""
+    calls.check_samples()
+    assert covered_methods() == set(backend_methods())
+    for table in (contract.BAD_METADATA, contract.BAD_LISTING, contract.BAD_READS):
+        for case, (method, args, _) in table.items():
+            assert set(args) <= set(calls.signature(method).parameters), case
+
+
+def test_missing_session_outcomes_follow_the_protocol_docs() -> None:
+    """What the contract expects on a missing session is read from the protocol: the
+    methods documented to raise SessionNotFoundError raise it, those documented to create
+    the session are not expected to fail, the rest return their type's empty value."""
+    creators = set(contract.KEYED_METHODS) - set(contract.ON_MISSING)
+    assert creators == {"append", "append_message", "append_many", "rewrite_messages", "replace_conversation_state",
+                        "copy_messages(target)"}
+    for method, expected in contract.ON_MISSING.items():
+        doc = inspect.getdoc(getattr(SessionBackend, method.split("(")[0])) or ""
+        assert (expected is SessionNotFoundError) is (":raises SessionNotFoundError:" in doc), method
+    assert contract.ON_MISSING["load"] == [] and contract.ON_MISSING["delete_session"] is False
+    assert contract.ON_MISSING["clear_messages"] == 0 and contract.ON_MISSING["get_session_state"] is None
 
 
 # -- the package ----------------------------------------------------------------------------

@@ -11,6 +11,12 @@ Subclass :class:`SessionStoreContract` in a test module, named ``Test...``, and 
         def store(self, tmp_path):
             return MyStore(tmp_path / "store")
 
+The methods are not restated here: :data:`KEYED_METHODS`, :data:`ON_MISSING` and
+:data:`WRITERS` are generated from the backend protocol
+(:class:`~jsonl_sessions.protocol.SessionBackend`, see
+:mod:`~jsonl_sessions.testing.calls`), and the case tables name protocol methods and
+parameters, so a store is held to the protocol's contract method by method.
+
 Every test calls one method the wrong way (an invalid key, a missing session, a message
 JSON cannot hold, an id that is duplicate or out of order, a stale ``expected_id``, an
 unknown cursor or fork point, an invalid metadata value or listing argument) and checks
@@ -46,82 +52,20 @@ from ..errors import (
     SessionNotFoundError,
 )
 from ..ids import decode, encode
+from ..protocol import SessionBackend
 from ..types import SessionQuery
+from .calls import KEY, OTHER, call, keyed_methods, on_missing, signature, write, writers
 from .files import JsonlFileDamage
 
-KEY = "contract"
-OTHER = "other \U0001f99c"
 Call = Callable[[Any, str], Any]
 
-#: Every method that takes a session key, called with ``key`` (and valid other arguments).
-KEYED_METHODS: dict[str, Call] = {
-    "load": lambda s, k: s.load(k),
-    "try_load": lambda s, k: s.try_load(k),
-    "load_with_timestamps": lambda s, k: s.load_with_timestamps(k),
-    "append": lambda s, k: s.append(k, {"role": "user", "content": "x"}),
-    "append_message": lambda s, k: s.append_message(k, {"role": "user", "content": "x"}),
-    "append_many": lambda s, k: s.append_many(k, [{"role": "user", "content": "x"}]),
-    "remove_last": lambda s, k: s.remove_last(k),
-    "update_last": lambda s, k: s.update_last(k, {"role": "user", "content": "x"}),
-    "rewrite_messages": lambda s, k: s.rewrite_messages(k, [{"role": "user", "content": "x"}]),
-    "replace_conversation_state": lambda s, k: s.replace_conversation_state(k, [{"role": "user"}], True),
-    "replace_conversation_state_if_exists": lambda s, k: s.replace_conversation_state_if_exists(k, [], True),
-    "clear_messages": lambda s, k: s.clear_messages(k),
-    "delete_session": lambda s, k: s.delete_session(k),
-    "session_exists": lambda s, k: s.session_exists(k),
-    "get_session_metadata": lambda s, k: s.get_session_metadata(k),
-    "compact": lambda s, k: s.compact(k),
-    "set_session_name": lambda s, k: s.set_session_name(k, "n"),
-    "get_session_name": lambda s, k: s.get_session_name(k),
-    "set_session_agent_alias": lambda s, k: s.set_session_agent_alias(k, "a"),
-    "get_session_agent_alias": lambda s, k: s.get_session_agent_alias(k),
-    "set_session_trim_breadcrumb": lambda s, k: s.set_session_trim_breadcrumb(k, True),
-    "get_session_trim_breadcrumb": lambda s, k: s.get_session_trim_breadcrumb(k),
-    "set_session_context": lambda s, k: s.set_session_context(k, {"a": "b"}),
-    "set_session_principal": lambda s, k: s.set_session_principal(k, "alice"),
-    "delete_session_owned": lambda s, k: s.delete_session_owned(k, "alice"),
-    "set_session_state": lambda s, k: s.set_session_state(k, "running", "t1"),
-    "get_session_state": lambda s, k: s.get_session_state(k),
-    "get_message_count": lambda s, k: s.get_message_count(k),
-    "get_message": lambda s, k: s.get_message(k, "0" * 26),
-    "get_messages": lambda s, k: s.get_messages(k),
-    "page": lambda s, k: s.page(k),
-    "copy_messages(source)": lambda s, k: s.copy_messages(k, "fork target"),
-    "copy_messages(target)": lambda s, k: s.copy_messages(KEY, k),
-    "truncate_messages": lambda s, k: s.truncate_messages(k, "0" * 26),
-}
+#: Every protocol method that takes a session key, called with ``key`` (and valid other
+#: arguments), generated from the protocol (see :mod:`~jsonl_sessions.testing.calls`).
+KEYED_METHODS: dict[str, Call] = keyed_methods()
 
-#: What each keyed method does on a missing session: a value, or the exception it raises.
-ON_MISSING: dict[str, Any] = {
-    "load": [],
-    "try_load": [],
-    "load_with_timestamps": [],
-    "remove_last": False,
-    "update_last": False,
-    "replace_conversation_state_if_exists": False,
-    "clear_messages": 0,
-    "delete_session": False,
-    "session_exists": False,
-    "get_session_metadata": None,
-    "compact": SessionNotFoundError,
-    "set_session_name": SessionNotFoundError,
-    "get_session_name": None,
-    "set_session_agent_alias": SessionNotFoundError,
-    "get_session_agent_alias": None,
-    "set_session_trim_breadcrumb": SessionNotFoundError,
-    "get_session_trim_breadcrumb": None,
-    "set_session_context": SessionNotFoundError,
-    "set_session_principal": SessionNotFoundError,
-    "delete_session_owned": False,
-    "set_session_state": SessionNotFoundError,
-    "get_session_state": None,
-    "get_message_count": SessionNotFoundError,
-    "get_message": None,
-    "get_messages": SessionNotFoundError,
-    "page": SessionNotFoundError,
-    "copy_messages(source)": SessionNotFoundError,
-    "truncate_messages": SessionNotFoundError,
-}
+#: What each keyed method does on a missing session (a value, or the exception it
+#: raises), derived from the protocol's documented contract.
+ON_MISSING: dict[str, Any] = on_missing()
 
 INVALID_KEYS: list[Any] = ["", "a\x00b", "\ud800", 5, None]
 
@@ -145,74 +89,96 @@ BAD_MESSAGES: dict[str, tuple[Any, type[Exception]]] = {
     "non-JSON extra": ({"role": "user", "tool_calls": object()}, SerializationError),
 }
 
-#: Every method that writes messages, called with a list holding ``bad``.
-WRITERS: dict[str, Callable[[Any, str, Any], Any]] = {
-    "append": lambda s, k, m: s.append(k, m),
-    "append_message": lambda s, k, m: s.append_message(k, m),
-    "append_many": lambda s, k, m: s.append_many(k, [{"role": "user", "content": "good"}, m]),
-    "update_last": lambda s, k, m: s.update_last(k, m),
-    "rewrite_messages": lambda s, k, m: s.rewrite_messages(k, [{"role": "user", "content": "good"}, m]),
-    "replace_conversation_state": lambda s, k, m: s.replace_conversation_state(k, [m], False),
-    "replace_conversation_state_if_exists": lambda s, k, m: s.replace_conversation_state_if_exists(k, [m], False),
+#: Every protocol method that writes messages (generated from the protocol).
+WRITERS: list[str] = writers()
+
+
+class From:
+    """An argument computed from the seeded store: ``From(fn)`` passes ``fn(store, key)``."""
+
+    def __init__(self, fn: Callable[[Any, str], Any]) -> None:
+        self.fn = fn
+
+
+Case = tuple[str, dict[str, Any], type[Exception]]
+
+
+def run_case(store: SessionBackend, case: Case, key: str = KEY) -> Any:
+    """Call ``case``'s method on ``store`` (key ``key``, the case's arguments)."""
+    method, given, _ = case
+    args = {name: value.fn(store, key) if isinstance(value, From) else value for name, value in given.items()}
+    if "key" in signature(method).parameters:
+        args.setdefault("key", key)
+    return call(store, method, **args)
+
+
+#: Invalid metadata values: (method, arguments, exception type).
+BAD_METADATA: dict[str, Case] = {
+    "name not a string": ("set_session_name", {"name": 5}, TypeError),
+    "name with a lone surrogate": ("set_session_name", {"name": "x\ud800"}, ValueError),
+    "alias None": ("set_session_agent_alias", {"agent_alias": None}, TypeError),
+    "context a list": ("set_session_context", {"context": [("a", "b")]}, TypeError),
+    "context value not a string": ("set_session_context", {"context": {"a": 1}}, TypeError),
+    "context key not a string": ("set_session_context", {"context": {1: "a"}}, TypeError),
+    "principal empty": ("set_session_principal", {"principal_id": ""}, ValueError),
+    "principal not a string": ("set_session_principal", {"principal_id": 5}, TypeError),
+    "state unknown": ("set_session_state", {"state": "done"}, ValueError),
+    "state in capitals": ("set_session_state", {"state": "Running"}, ValueError),
+    "state None": ("set_session_state", {"state": None}, ValueError),
+    "turn id not a string": ("set_session_state", {"turn_id": 5}, TypeError),
+    "owner not a string": ("delete_session_owned", {"owner_principal_id": 5}, TypeError),
 }
 
-#: Invalid metadata values: (call, exception type).
-BAD_METADATA: dict[str, tuple[Call, type[Exception]]] = {
-    "name not a string": (lambda s, k: s.set_session_name(k, 5), TypeError),
-    "name with a lone surrogate": (lambda s, k: s.set_session_name(k, "x\ud800"), ValueError),
-    "alias None": (lambda s, k: s.set_session_agent_alias(k, None), TypeError),
-    "context a list": (lambda s, k: s.set_session_context(k, [("a", "b")]), TypeError),
-    "context value not a string": (lambda s, k: s.set_session_context(k, {"a": 1}), TypeError),
-    "context key not a string": (lambda s, k: s.set_session_context(k, {1: "a"}), TypeError),
-    "principal empty": (lambda s, k: s.set_session_principal(k, ""), ValueError),
-    "principal not a string": (lambda s, k: s.set_session_principal(k, 5), TypeError),
-    "state unknown": (lambda s, k: s.set_session_state(k, "done"), ValueError),
-    "state in capitals": (lambda s, k: s.set_session_state(k, "Running"), ValueError),
-    "state None": (lambda s, k: s.set_session_state(k, None), ValueError),
-    "turn id not a string": (lambda s, k: s.set_session_state(k, "running", 5), TypeError),
-    "owner not a string": (lambda s, k: s.delete_session_owned(k, 5), TypeError),
+#: Invalid arguments of the listing / lifecycle methods: (method, arguments, exception type).
+BAD_LISTING: dict[str, Case] = {
+    "cleanup_stale negative": ("cleanup_stale", {"ttl_hours": -1}, ValueError),
+    "cleanup_stale NaN": ("cleanup_stale", {"ttl_hours": math.nan}, ValueError),
+    "cleanup_stale infinite": ("cleanup_stale", {"ttl_hours": math.inf}, ValueError),
+    "cleanup_stale string": ("cleanup_stale", {"ttl_hours": "1"}, TypeError),
+    "cleanup_stale bool": ("cleanup_stale", {"ttl_hours": True}, TypeError),
+    "list_stuck_sessions negative": ("list_stuck_sessions", {"threshold_secs": -5}, ValueError),
+    "list_stuck_sessions string": ("list_stuck_sessions", {"threshold_secs": "5"}, TypeError),
+    "search not a query": ("search", {"query": "alpha"}, TypeError),
+    "search keyword not a string": ("search", {"query": SessionQuery(5)}, TypeError),  # type: ignore[arg-type]
+    "search negative limit": ("search", {"query": SessionQuery("a", limit=-1)}, ValueError),
+    "search alias not a string": ("search", {"query": SessionQuery("a", agent_alias=3)}, TypeError),  # type: ignore[arg-type]
+    "count_agent_attribution None": ("count_agent_attribution", {"agent_alias": None}, TypeError),
+    "rename_agent_attribution None": ("rename_agent_attribution", {"old_alias": None}, TypeError),
+    "rename_agent_attribution to None": ("rename_agent_attribution", {"new_alias": None}, TypeError),
+    "clear_agent_attribution int": ("clear_agent_attribution", {"agent_alias": 5}, TypeError),
 }
 
-#: Invalid arguments of the listing / lifecycle methods: (call, exception type).
-BAD_LISTING: dict[str, tuple[Callable[[Any], Any], type[Exception]]] = {
-    "cleanup_stale negative": (lambda s: s.cleanup_stale(-1), ValueError),
-    "cleanup_stale NaN": (lambda s: s.cleanup_stale(math.nan), ValueError),
-    "cleanup_stale infinite": (lambda s: s.cleanup_stale(math.inf), ValueError),
-    "cleanup_stale string": (lambda s: s.cleanup_stale("1"), TypeError),
-    "cleanup_stale bool": (lambda s: s.cleanup_stale(True), TypeError),
-    "list_stuck_sessions negative": (lambda s: s.list_stuck_sessions(-5), ValueError),
-    "list_stuck_sessions string": (lambda s: s.list_stuck_sessions("5"), TypeError),
-    "search not a query": (lambda s: s.search("alpha"), TypeError),
-    "search keyword not a string": (lambda s: s.search(SessionQuery(5)), TypeError),  # type: ignore[arg-type]
-    "search negative limit": (lambda s: s.search(SessionQuery("a", limit=-1)), ValueError),
-    "search alias not a string": (lambda s: s.search(SessionQuery("a", agent_alias=3)), TypeError),  # type: ignore[arg-type]
-    "count_agent_attribution None": (lambda s: s.count_agent_attribution(None), TypeError),
-    "rename_agent_attribution None": (lambda s: s.rename_agent_attribution(None, "x"), TypeError),
-    "rename_agent_attribution to None": (lambda s: s.rename_agent_attribution("planner", None), TypeError),
-    "clear_agent_attribution int": (lambda s: s.clear_agent_attribution(5), TypeError),
-}
-
-#: Invalid arguments of the history reads: (call, exception type).
-BAD_READS: dict[str, tuple[Call, type[Exception]]] = {
-    "get_messages negative limit": (lambda s, k: s.get_messages(k, limit=-1), ValueError),
-    "get_messages negative offset": (lambda s, k: s.get_messages(k, offset=-1), ValueError),
-    "get_messages string offset": (lambda s, k: s.get_messages(k, offset="1"), ValueError),
-    "page limit 0": (lambda s, k: s.page(k, limit=0), ValueError),
-    "page negative limit": (lambda s, k: s.page(k, limit=-3), ValueError),
-    "page string limit": (lambda s, k: s.page(k, limit="3"), ValueError),
-    "page both cursors": (lambda s, k: s.page(k, before=s.load(k)[-1].id, after=s.load(k)[0].id), ValueError),
-    "page float ts_before": (lambda s, k: s.page(k, ts_before=1.5), ValueError),
-    "page unknown before": (lambda s, k: s.page(k, before="0" * 26), MessageNotFoundError),
-    "page unknown after": (lambda s, k: s.page(k, after="7" + "Z" * 25), MessageNotFoundError),
-    "truncate unknown id": (lambda s, k: s.truncate_messages(k, "0" * 26), MessageNotFoundError),
-    "fork at an unknown id": (lambda s, k: s.copy_messages(k, "fork", up_to_message_id="0" * 26),
+#: Invalid arguments of the history reads: (method, arguments, exception type).
+BAD_READS: dict[str, Case] = {
+    "get_messages negative limit": ("get_messages", {"limit": -1}, ValueError),
+    "get_messages negative offset": ("get_messages", {"offset": -1}, ValueError),
+    "get_messages string offset": ("get_messages", {"offset": "1"}, ValueError),
+    "page limit 0": ("page", {"limit": 0}, ValueError),
+    "page negative limit": ("page", {"limit": -3}, ValueError),
+    "page string limit": ("page", {"limit": "3"}, ValueError),
+    "page both cursors": ("page", {"before": From(lambda s, k: s.load(k)[-1].id),
+                                   "after": From(lambda s, k: s.load(k)[0].id)}, ValueError),
+    "page float ts_before": ("page", {"ts_before": 1.5}, ValueError),
+    "page unknown before": ("page", {"before": "0" * 26}, MessageNotFoundError),
+    "page unknown after": ("page", {"after": "7" + "Z" * 25}, MessageNotFoundError),
+    "truncate unknown id": ("truncate_messages", {"up_to_message_id": "0" * 26}, MessageNotFoundError),
+    "fork at an unknown id": ("copy_messages", {"source": KEY, "target": "fork", "up_to_message_id": "0" * 26},
                               MessageNotFoundError),
-    "fork onto itself": (lambda s, k: s.copy_messages(k, k), SessionExistsError),
-    "fork onto an existing session": (lambda s, k: s.copy_messages(k, OTHER), SessionExistsError),
+    "fork onto itself": ("copy_messages", {"source": KEY, "target": KEY}, SessionExistsError),
+    "fork onto an existing session": ("copy_messages", {"source": KEY, "target": OTHER}, SessionExistsError),
 }
 
 
-def snapshot(store: Any, keys: tuple[str, ...] = (KEY, OTHER, "fork", "fork target")) -> dict[str, Any]:
+def covered_methods() -> set[str]:
+    """The protocol methods the contract's tests call on purpose (keyed methods on
+    invalid keys and missing sessions, the writers with bad messages, every case table,
+    the listings :func:`snapshot` compares)."""
+    names = {label.split("(")[0] for label in KEYED_METHODS} | set(WRITERS)
+    names |= {case[0] for table in (BAD_METADATA, BAD_LISTING, BAD_READS) for case in table.values()}
+    return names | {"list_sessions", "list_sessions_with_metadata", "list_running_sessions"}
+
+
+def snapshot(store: SessionBackend, keys: tuple[str, ...] = (KEY, OTHER, "fork", "fork target")) -> dict[str, Any]:
     """Everything observable about ``store`` through the public API (for the named keys
     and every listed session): existence, messages (lenient load), metadata including
     activity time and size, run state, breadcrumb."""
@@ -232,17 +198,17 @@ class SessionStoreContract:
     session ``OTHER`` (one message)."""
 
     @pytest.fixture
-    def store(self) -> Any:
+    def store(self) -> SessionBackend:
         raise NotImplementedError(
             "subclass SessionStoreContract and define a `store` fixture returning a fresh, empty store")
 
     @pytest.fixture
-    def damage(self, store: Any) -> Any:
+    def damage(self, store: SessionBackend) -> Any:
         """Capability: see the module docstring. None: the tests that need it skip."""
         return None
 
     @pytest.fixture
-    def seeded(self, store: Any) -> Any:
+    def seeded(self, store: SessionBackend) -> SessionBackend:
         store.append_many(KEY, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
                                 {"role": "assistant", "content": [{"type": "text", "text": "hello"}]}])
         store.set_session_name(KEY, "contract session")
@@ -255,7 +221,7 @@ class SessionStoreContract:
         return store
 
     @staticmethod
-    def _unchanged(store: Any, before: dict[str, Any], what: str) -> None:
+    def _unchanged(store: SessionBackend, before: dict[str, Any], what: str) -> None:
         after = snapshot(store)
         assert after == before, f"{what} changed the store:\nbefore {before}\nafter  {after}"
 
@@ -267,7 +233,7 @@ class SessionStoreContract:
 
     # -- keys ---------------------------------------------------------------------------
     @pytest.mark.parametrize("method", sorted(KEYED_METHODS))
-    def test_invalid_key_is_refused(self, seeded: Any, method: str) -> None:
+    def test_invalid_key_is_refused(self, seeded: SessionBackend, method: str) -> None:
         """Every invalid key (empty, NUL, lone surrogate, not a str): InvalidSessionKeyError
         (a ValueError), nothing changed."""
         before = snapshot(seeded)
@@ -278,7 +244,7 @@ class SessionStoreContract:
 
     # -- missing sessions ---------------------------------------------------------------
     @pytest.mark.parametrize("method", sorted(ON_MISSING))
-    def test_missing_session(self, seeded: Any, method: str) -> None:
+    def test_missing_session(self, seeded: SessionBackend, method: str) -> None:
         """The documented result on a missing session (never created, or deleted), and no
         session created."""
         assert seeded.delete_session(OTHER) is True
@@ -294,21 +260,21 @@ class SessionStoreContract:
             assert snapshot(seeded, keys=(missing,)) == before, f"{method} on a missing session changed the store"
             assert not seeded.session_exists(missing)
 
-    def test_empty_append_many_creates_nothing(self, seeded: Any) -> None:
+    def test_empty_append_many_creates_nothing(self, seeded: SessionBackend) -> None:
         before = snapshot(seeded, keys=("missing",))
         assert seeded.append_many("missing", []) == []
         assert snapshot(seeded, keys=("missing",)) == before
 
-    def test_replace_if_exists_never_recreates_a_deleted_session(self, seeded: Any) -> None:
+    def test_replace_if_exists_never_recreates_a_deleted_session(self, seeded: SessionBackend) -> None:
         assert seeded.delete_session(OTHER) is True
         before = snapshot(seeded)
         assert seeded.replace_conversation_state_if_exists(OTHER, [{"role": "user", "content": "x"}], True) is False
         self._unchanged(seeded, before, "replace_conversation_state_if_exists on a deleted session")
 
     # -- messages -----------------------------------------------------------------------
-    @pytest.mark.parametrize("writer", sorted(WRITERS))
+    @pytest.mark.parametrize("writer", WRITERS)
     @pytest.mark.parametrize("existing", [True, False], ids=["existing", "missing"])
-    def test_bad_message_is_refused(self, seeded: Any, writer: str, existing: bool) -> None:
+    def test_bad_message_is_refused(self, seeded: SessionBackend, writer: str, existing: bool) -> None:
         """Each of :data:`BAD_MESSAGES`: its error, nothing written (an append_many or
         rewrite holding one bad message writes none of them), no session created."""
         key = KEY if existing else "missing"
@@ -316,13 +282,13 @@ class SessionStoreContract:
             before = snapshot(seeded, keys=("missing",))
             if not existing and writer in ("update_last", "replace_conversation_state_if_exists"):
                 try:
-                    result = WRITERS[writer](seeded, key, bad)
+                    result = write(seeded, writer, key, bad)
                 except error:
                     pass  # refusing the message before looking for the session is fine too
                 else:
                     assert result is False, f"{writer} on a missing session ({case}) returned {result!r}"
             else:
-                _raises(error, f"{writer}({key!r}, {case})", WRITERS[writer], seeded, key, bad)
+                _raises(error, f"{writer}({key!r}, {case})", write, seeded, writer, key, bad)
             assert snapshot(seeded, keys=("missing",)) == before, (
                 f"{writer} with a bad message ({case}) changed the store")
             assert not issubclass(error, SerializationError) or issubclass(error, TypeError)
@@ -330,7 +296,7 @@ class SessionStoreContract:
     @pytest.mark.parametrize("writer", ["append", "append_many", "update_last", "rewrite_messages",
                                         "replace_conversation_state", "replace_conversation_state_if_exists"])
     @pytest.mark.parametrize("duplicate", [True, False], ids=["duplicate", "out_of_order"])
-    def test_ids_must_strictly_increase(self, seeded: Any, writer: str, duplicate: bool) -> None:
+    def test_ids_must_strictly_increase(self, seeded: SessionBackend, writer: str, duplicate: bool) -> None:
         """A repeated id -> DuplicateMessageError; a new id sorting before the previous one
         -> InvalidMessageError, not DuplicateMessageError. Nothing changed."""
         ids = [m.id for m in seeded.load(KEY)]
@@ -359,7 +325,7 @@ class SessionStoreContract:
         self._unchanged(seeded, before, f"{writer} with a {'duplicate' if duplicate else 'out-of-order'} id")
 
     @pytest.mark.parametrize("method", ["remove_last", "update_last"])
-    def test_stale_expected_id_changes_nothing(self, seeded: Any, method: str) -> None:
+    def test_stale_expected_id_changes_nothing(self, seeded: SessionBackend, method: str) -> None:
         ids = [m.id for m in seeded.load(KEY)]
         before = snapshot(seeded)
         for stale in (ids[0], ids[1], "0" * 26, ""):
@@ -370,29 +336,29 @@ class SessionStoreContract:
         self._unchanged(seeded, before, f"{method} with a stale expected_id")
 
     # -- history ------------------------------------------------------------------------
-    def test_bad_history_arguments(self, seeded: Any) -> None:
+    def test_bad_history_arguments(self, seeded: SessionBackend) -> None:
         """Each of :data:`BAD_READS`: its error, nothing changed."""
         before = snapshot(seeded)
-        for case, (call, error) in sorted(BAD_READS.items()):
-            _raises(error, case, call, seeded, KEY)
+        for case, bad in sorted(BAD_READS.items()):
+            _raises(bad[2], case, run_case, seeded, bad)
             self._unchanged(seeded, before, case)
 
     # -- metadata -----------------------------------------------------------------------
-    def test_bad_metadata_value_is_refused(self, seeded: Any) -> None:
+    def test_bad_metadata_value_is_refused(self, seeded: SessionBackend) -> None:
         """Each of :data:`BAD_METADATA`: its error, nothing changed."""
         before = snapshot(seeded)
-        for case, (meta_call, error) in sorted(BAD_METADATA.items()):
-            _raises(error, case, meta_call, seeded, KEY)
+        for case, bad in sorted(BAD_METADATA.items()):
+            _raises(bad[2], case, run_case, seeded, bad)
             self._unchanged(seeded, before, case)
 
-    def test_bad_listing_argument_is_refused(self, seeded: Any) -> None:
+    def test_bad_listing_argument_is_refused(self, seeded: SessionBackend) -> None:
         """Each of :data:`BAD_LISTING`: its error, nothing changed (cleanup deleted nothing)."""
         before = snapshot(seeded)
-        for case, (list_call, error) in sorted(BAD_LISTING.items()):
-            _raises(error, case, list_call, seeded)
+        for case, bad in sorted(BAD_LISTING.items()):
+            _raises(bad[2], case, run_case, seeded, bad)
             self._unchanged(seeded, before, case)
 
-    def test_delete_session_owned_fails_closed(self, seeded: Any) -> None:
+    def test_delete_session_owned_fails_closed(self, seeded: SessionBackend) -> None:
         """No recorded owner, another owner, an empty owner: False and nothing deleted."""
         before = snapshot(seeded)
         assert seeded.delete_session_owned(OTHER, "alice") is False  # no owner recorded
@@ -403,7 +369,7 @@ class SessionStoreContract:
         assert seeded.delete_session_owned(KEY, "alice") is True
         assert not seeded.session_exists(KEY)
 
-    def test_cleanup_spares_running_and_fresh_sessions(self, seeded: Any) -> None:
+    def test_cleanup_spares_running_and_fresh_sessions(self, seeded: SessionBackend) -> None:
         before = snapshot(seeded)
         assert seeded.cleanup_stale(10**6) == 0
         self._unchanged(seeded, before, "cleanup_stale with a long TTL")
@@ -411,7 +377,7 @@ class SessionStoreContract:
         assert seeded.list_sessions() == [KEY]
 
     # -- corruption (capability) --------------------------------------------------------
-    def test_corrupt_line_is_reported_precisely_and_refused(self, seeded: Any, damage: Any) -> None:
+    def test_corrupt_line_is_reported_precisely_and_refused(self, seeded: SessionBackend, damage: Any) -> None:
         """try_load names the line and byte offset; load skips it; every write that would
         destroy it refuses (CorruptTranscriptError) with the bytes unchanged; append keeps it."""
         damage = self._damage(damage)
@@ -432,15 +398,15 @@ class SessionStoreContract:
             "truncate_messages": lambda: seeded.truncate_messages(KEY, good[-1].id),
             "compact": lambda: seeded.compact(KEY),
         }
-        for name, call in refusals.items():
+        for name, refused in refusals.items():
             with pytest.raises(CorruptTranscriptError):
-                call()
+                refused()
             assert damage.raw(KEY) == raw, f"{name} changed a transcript it refused"
         seeded.append(KEY, {"role": "user", "content": "later"})
         assert damage.raw(KEY).startswith(raw), "append removed or changed committed bytes"
 
     @pytest.mark.parametrize("method", ["remove_last", "update_last"])
-    def test_corrupt_last_line_is_left_byte_for_byte(self, seeded: Any, damage: Any, method: str) -> None:
+    def test_corrupt_last_line_is_left_byte_for_byte(self, seeded: SessionBackend, damage: Any, method: str) -> None:
         damage = self._damage(damage)
         damage.append_raw(KEY, b"not json at all\n")
         raw = damage.raw(KEY)
@@ -452,7 +418,7 @@ class SessionStoreContract:
         assert info.value.offset == raw.rindex(b"not json")
         assert damage.raw(KEY) == raw
 
-    def test_torn_tail_is_not_a_message_nor_an_error(self, seeded: Any, damage: Any) -> None:
+    def test_torn_tail_is_not_a_message_nor_an_error(self, seeded: SessionBackend, damage: Any) -> None:
         damage = self._damage(damage)
         good = seeded.try_load(KEY)
         damage.append_raw(KEY, b'{"id":"7ZZZZZZZZZZZZZZZZZZZZZZZZZ","role":"user","content":"cut')
@@ -480,4 +446,5 @@ def _below(message_id: str) -> str:
     return encode(value - 1) if value else "0"
 
 
-__all__ = ["BAD_MESSAGES", "KEYED_METHODS", "ON_MISSING", "JsonlFileDamage", "SessionStoreContract", "snapshot"]
+__all__ = ["BAD_LISTING", "BAD_MESSAGES", "BAD_METADATA", "BAD_READS", "KEYED_METHODS", "ON_MISSING", "WRITERS",
+           "JsonlFileDamage", "SessionStoreContract", "covered_methods", "run_case", "snapshot"]

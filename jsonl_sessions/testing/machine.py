@@ -63,6 +63,7 @@ Not covered here (see the contract mixin and the fault tools): concurrency, cras
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -71,6 +72,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from ..errors import CorruptTranscriptError
+from ..protocol import SessionBackend
 from . import strategies
 from .machine_base import (
     ALIASES,
@@ -125,7 +127,7 @@ class SessionStoreMachine(WriteRules, ReadRules, StorageRules):
         self.store = self._open()
 
     # -- invariants -------------------------------------------------------------------
-    def _agrees(self, store: Any, thorough: bool) -> None:
+    def _agrees(self, store: SessionBackend, thorough: bool) -> None:
         assert store.list_sessions() == self.ref.list_sessions(), "list_sessions"
         listed = store.list_sessions_with_metadata()
         assert [m.key for m in listed] == self.ref.list_sessions(), "list_sessions_with_metadata"
@@ -141,7 +143,7 @@ class SessionStoreMachine(WriteRules, ReadRules, StorageRules):
                 stuck = [m.key for m in store.list_stuck_sessions(1)]
                 assert stuck == self.ref.list_stuck_sessions(1, self.clock.now), "list_stuck_sessions"
 
-    def _agrees_on(self, store: Any, key: str, thorough: bool) -> None:
+    def _agrees_on(self, store: SessionBackend, key: str, thorough: bool) -> None:
         session = self.model.get(key)
         assert store.session_exists(key) is (session is not None), f"session_exists({key!r})"
         if session is None:
@@ -196,7 +198,8 @@ class SessionStoreMachine(WriteRules, ReadRules, StorageRules):
 
 
 def make_state_machine(factory: StoreFactory, *, manual_clock: bool = False, frozen_clock: bool = False,
-                       storage: Any = None, name: str | None = None) -> type[SessionStoreMachine]:
+                       storage: Callable[[SessionBackend], StorageProbe] | None = None,
+                       name: str | None = None) -> type[SessionStoreMachine]:
     """A state machine class checking the stores ``factory`` builds against the model.
 
     ``factory(path)`` returns a store with the backend API on ``path`` (a fresh directory

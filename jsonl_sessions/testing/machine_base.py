@@ -27,6 +27,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine
 
 from .. import ids as ulid
 from ..errors import SessionStoreError
+from ..protocol import SessionBackend
 from ..types import ChatMessage, SessionMetadata, as_message
 from . import strategies
 from .reference import EPOCH, ReferenceStore
@@ -50,7 +51,7 @@ KEYWORDS = ("", "a", "alpha", "BETA", "gamma", "STRASSE", "\u00e9T\u00c9", "\U00
 TOOL_IDS = ("t1", "t2", "t3", "")
 #: How far back the ``age`` rule sets a session's storage time (stale for a 2-hour TTL).
 AGED_NS = 3 * 3600 * 10**9
-StoreFactory = Callable[..., Any]
+StoreFactory = Callable[..., SessionBackend]
 #: A damaged transcript, line by line: ("msg", message), ("dup", copy of the line
 #: before it), ("bad", None) for a line that does not parse.
 Lines = list[tuple[str, ChatMessage | None]]
@@ -190,7 +191,7 @@ class MachineBase(RuleBasedStateMachine):
     #: The manual clock never moves (every id of a run is made in one millisecond).
     frozen_clock: bool = False
     #: ``storage(store)``: the backend's :class:`StorageProbe`, or None.
-    storage: Callable[[Any], StorageProbe] | None = None
+    storage: Callable[[SessionBackend], StorageProbe] | None = None
     #: What the machine exercised, summed over all instances of the class.
     stats: Counter[str]
 
@@ -212,13 +213,13 @@ class MachineBase(RuleBasedStateMachine):
         self.quarantined = 0
         self.stats["examples"] += 1
 
-    def _open(self) -> Any:
+    def _open(self) -> SessionBackend:
         factory = type(self).factory
         return factory(self.path, self.clock) if self.manual_clock else factory(self.path)
 
     @staticmethod
-    def _close(store: Any) -> None:
-        close = getattr(store, "close", None)
+    def _close(store: SessionBackend) -> None:
+        close = getattr(store, "close", None)  # (a test's facade may have none)
         if callable(close):
             close()
 
@@ -226,7 +227,12 @@ class MachineBase(RuleBasedStateMachine):
         self._close(self.store)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def probe(self, store: Any = None) -> StorageProbe | None:
+    @property
+    def untyped(self) -> Any:
+        """The store under test, to check at run time what its type promises (e.g. None)."""
+        return self.store
+
+    def probe(self, store: SessionBackend | None = None) -> StorageProbe | None:
         storage = type(self).storage
         return None if storage is None else storage(self.store if store is None else store)
 
@@ -336,7 +342,7 @@ class MachineBase(RuleBasedStateMachine):
         if aged is not None and probe is not None:
             assert probe.changed_at(key) != aged[0], f"{key!r} was rewritten but still shows the time it was aged"
 
-    def check_metadata(self, store: Any, md: SessionMetadata, key: str) -> None:
+    def check_metadata(self, store: SessionBackend, md: SessionMetadata, key: str) -> None:
         """``md`` (from ``store``) is the model's metadata of ``key``; with the storage
         capability, ``updated_at`` and ``size_bytes`` are what storage shows."""
         assert isinstance(md, SessionMetadata), md

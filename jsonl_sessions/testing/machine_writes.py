@@ -209,7 +209,8 @@ class WriteRules(MachineBase):
         old = self.model[key].messages if key in self.model else []
         planned = self._plan([m for m, k in zip(old, keep) if k], new, with_ids, gaps)
         with self.window() as w:
-            assert self.store.rewrite_messages(key, [m for m, _ in planned]) is None
+            returned: Any = self.untyped.rewrite_messages(key, [m for m, _ in planned])
+        assert returned is None, f"rewrite_messages returned {returned!r}"
         self.ref.rewrite_messages(key, self.learn_rewrite(key, planned, w), self.creation(key, w))
         self.stats["rewrites"] += 1
 
@@ -256,7 +257,8 @@ class WriteRules(MachineBase):
                 if not done:
                     return
             else:
-                assert self.store.replace_conversation_state(key, [m for m, _ in planned], crumb) is None
+                returned: Any = self.untyped.replace_conversation_state(key, [m for m, _ in planned], crumb)
+                assert returned is None, f"replace_conversation_state returned {returned!r}"
         self.ref.replace_conversation_state(key, self.learn_rewrite(key, planned, w), crumb, self.creation(key, w))
         self.stats["replaces"] += 1
 
