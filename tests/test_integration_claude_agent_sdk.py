@@ -1,8 +1,9 @@
 """JsonlSessionStore against the real Claude Agent SDK: the SDK's own
 ``run_session_store_conformance`` (unmodified), lossless Claude Code entries, ``uuid``
-deduplication, the SDK's store helpers (listing with summaries, reading messages,
-importing a local transcript, materializing a session for resume) on our store, bad entries, a SIGKILL in the middle of
-appending, and several processes appending to one session at once.
+deduplication, a reference model, the SDK's store helpers (listing with summaries,
+reading messages, importing a local transcript, materializing a session for resume) on
+our store, bad entries, a SIGKILL in the middle of appending, and several processes
+appending to one session at once.
 
 Worker modes (this file run as a script):
 
