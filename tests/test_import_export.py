@@ -50,6 +50,7 @@ CLAUDE = [
     claude_assistant("a3", [{"type": "text", "text": "Renamed in parser.py."}], "u2"),
     {"type": "summary", "summary": "Rename parse", "leafUuid": "a3"},
 ]
+AGENT_META = {"agentType": "Explore", "description": "find callers"}
 SUBAGENT = [claude_user("s1", "Find callers of parse", None) | {"isSidechain": True, "agentId": "1"}]
 
 
@@ -65,6 +66,7 @@ def claude_project(tmp_path: pathlib.Path) -> pathlib.Path:
     body = lines(CLAUDE[:3]) + b"{oops\n" + lines(CLAUDE[3:]) + b'{"type":"user","uuid":"u9","mess'
     (project / f"{SID}.jsonl").write_bytes(BOM + body)
     (project / SID / "subagents" / "agent-1.jsonl").write_bytes(lines(SUBAGENT))
+    (project / SID / "subagents" / "agent-1.meta.json").write_text(json.dumps(AGENT_META))
     return project
 
 
@@ -102,10 +104,10 @@ def test_import_claude_code_project_with_subagents(store: SessionStore, claude_p
     done = import_claude_code(store, claude_project)
     assert [(d.key, d.written, d.left_out, d.bad_lines, d.torn) for d in done] == [
         (main_key(), len(CLAUDE), 0, (4,), True),
-        (ClaudeKey("-work-app", SID, "subagents/agent-1").store_key(), 1, 0, (), False),
+        (ClaudeKey("-work-app", SID, "subagents/agent-1").store_key(), 2, 0, (), False),
     ]
     again = import_claude_code(store, claude_project / f"{SID}.jsonl")  # idempotent: uuids already there
-    assert [d.written for d in again] == [2, 0]  # only the two entries without a uuid come again
+    assert [d.written for d in again] == [2, 1]  # only the entries without a uuid come again
     assert store.get_message_count(main_key()) == len(CLAUDE) + 2
     assert [md.key for md in store.search(SessionQuery("parse_line"))] == [main_key()]
 
@@ -124,8 +126,30 @@ def test_imported_claude_session_is_what_the_sdk_adapter_resumes(store: SessionS
     key = {"project_key": "-work-app", "session_id": SID}
     assert asyncio.run(adapter.load(key)) == CLAUDE  # type: ignore[arg-type]
     assert asyncio.run(adapter.list_subkeys(key)) == ["subagents/agent-1"]  # type: ignore[arg-type]
+    subagent = {**key, "subpath": "subagents/agent-1"}
+    assert asyncio.run(adapter.load(subagent)) == [*SUBAGENT, {**AGENT_META, "type": "agent_metadata"}]  # type: ignore[arg-type]
     chain = asyncio.run(get_session_messages_from_store(adapter, SID, directory="/work/app"))
     assert [m.uuid for m in chain] == ["u1", "a1", "a2", "u2", "a3"]
+
+
+def test_import_stores_what_the_sdks_own_import_stores(tmp_path: pathlib.Path, claude_project: pathlib.Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("claude_agent_sdk")
+    import asyncio
+
+    from claude_agent_sdk import import_session_to_store
+
+    from jsonl_sessions.integrations.claude_agent_sdk import JsonlSessionStore
+
+    (claude_project / f"{SID}.jsonl").write_bytes(lines(CLAUDE))  # the SDK's import reads clean files only
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(claude_project.parent.parent))
+    by_sdk = JsonlSessionStore(tmp_path / "by-sdk", durability="flush")
+    asyncio.run(import_session_to_store(SID, by_sdk))
+    ours = SessionStore(tmp_path / "ours", durability="flush")
+    import_claude_code(ours, claude_project)
+    for key in (main_key(), ClaudeKey("-work-app", SID, "subagents/agent-1").store_key()):
+        assert [m.to_dict() | {"id": "", "created_at": 0} for m in ours.load(key)] == [
+            m.to_dict() | {"id": "", "created_at": 0} for m in by_sdk.store.load(key)]
 
 
 def sdk_read(config: pathlib.Path, monkeypatch: pytest.MonkeyPatch, session_id: str) -> list[Any]:

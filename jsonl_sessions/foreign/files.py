@@ -19,7 +19,7 @@ import orjson
 from .._atomic import atomic_write
 from ..codec import encode_record
 
-__all__ = ["JsonlRead", "read_jsonl", "write_jsonl"]
+__all__ = ["JsonlRead", "parse_jsonl", "read_json_object", "read_jsonl", "write_jsonl"]
 
 BOM = b"\xef\xbb\xbf"
 
@@ -40,6 +40,18 @@ def read_jsonl(path: str | os.PathLike[str]) -> JsonlRead:
     with open(path, "rb") as f:
         data = f.read()
     return parse_jsonl(data)
+
+
+def read_json_object(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The JSON object in the file at ``path`` (a BOM skipped); None when the file holds
+    anything else. FileNotFoundError (an OSError) when it is missing."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        obj = orjson.loads(data.removeprefix(BOM))
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def parse_jsonl(data: bytes) -> JsonlRead:

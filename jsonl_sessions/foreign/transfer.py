@@ -6,6 +6,8 @@
   transcript of a project directory, into the sessions the Claude Agent SDK adapter
   uses (key ``claude/<project>/<session>[/<subpath>]``), so the SDK can resume them from
   the store. Entries are deduplicated by ``uuid``: importing again adds only what is new.
+  A subagent's ``agent-<id>.meta.json`` goes in as its ``agent_metadata`` entry, as the
+  SDK's own import does.
 - :func:`import_codex`: a Codex CLI rollout into the session ``codex/<session id>``,
   readable as Responses items by the OpenAI Agents SDK adapter.
 - :func:`export_claude_code`: a session as Claude Code transcript entries, which
@@ -33,7 +35,7 @@ from ..types import ChatMessage
 from .claude_code import DEFAULT_PREFIX, ClaudeKey, message_to_entry
 from .claude_sessions import ClaudeSessions, guard
 from .codex import read_rollout
-from .files import read_jsonl
+from .files import read_json_object, read_jsonl
 from .responses import ITEM_FIELD, message_to_item
 
 __all__ = ["CODEX_PREFIX", "ClaudeExport", "Imported", "export_claude_code", "import_claude_code", "import_codex"]
@@ -82,9 +84,23 @@ def import_claude_code(store: SessionBackend, path: str | os.PathLike[str], *,
 
 def _import_entries(sessions: ClaudeSessions, key: ClaudeKey, path: Path) -> Imported:
     read = read_jsonl(path)
-    written = sessions.append(key, read.objects)
-    return Imported(key.store_key(sessions.prefix), written, len(read.objects) - written,
-                    tuple(read.bad_lines), read.torn)
+    entries = read.objects
+    meta = _agent_metadata(path) if key.subpath is not None else None
+    if meta is not None:
+        entries = [*entries, meta]
+    written = sessions.append(key, entries)
+    return Imported(key.store_key(sessions.prefix), written, len(entries) - written, tuple(read.bad_lines), read.torn)
+
+
+def _agent_metadata(transcript: Path) -> dict[str, Any] | None:
+    """A subagent's ``agent-<id>.meta.json`` (its agent type, worktree...) as the entry
+    ``{..., "type": "agent_metadata"}`` that the SDK stores and restores on resume; None
+    when the file is missing or not a JSON object."""
+    try:
+        meta = read_json_object(transcript.with_name(transcript.name.removesuffix(".jsonl") + ".meta.json"))
+    except FileNotFoundError:
+        return None
+    return None if meta is None else {**meta, "type": "agent_metadata"}
 
 
 @dataclass(frozen=True)
