@@ -102,3 +102,24 @@ def test_langchain_history_over_sqlite(tmp_path: pathlib.Path) -> None:
         m.to_dict() | {"id": "", "created_at": 0} for m in SessionStore(tmp_path / "jsonl").load("chat")]
     history.clear()
     assert history.messages == []
+
+
+def test_claude_agent_sdk_conformance_over_sqlite(tmp_path: pathlib.Path) -> None:
+    """The Claude Agent SDK's own ``run_session_store_conformance``, unmodified, on a
+    ``JsonlSessionStore`` whose backend is a SQLite file (one fresh file per contract)."""
+    pytest.importorskip("claude_agent_sdk")
+    from claude_agent_sdk.testing import run_session_store_conformance
+
+    from jsonl_sessions.integrations.claude_agent_sdk import JsonlSessionStore
+
+    made: list[SqliteSessionStore] = []
+
+    def make_store() -> JsonlSessionStore:
+        made.append(SqliteSessionStore(tmp_path / f"s{len(made)}.db", durability="flush"))
+        return JsonlSessionStore(made[-1])
+
+    asyncio.run(run_session_store_conformance(make_store))
+    assert len(made) > 10
+    for store in made:
+        assert store.verify().ok
+        store.close()
