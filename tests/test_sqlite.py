@@ -292,3 +292,26 @@ def test_readme_sqlite_example_runs(tmp_path: pathlib.Path, monkeypatch: pytest.
     store = SqliteSessionStore(tmp_path / "sessions.db")
     assert [m.content for m in store.load("chat-42")] == ["What is 2 + 2?"]
     store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_uses_its_own_connection(tmp_path: pathlib.Path) -> None:
+    """After a fork the child opens its own connection (SQLite connections must not cross a
+    fork), and its close() leaves the parent's connection working."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    store.append("k", {"role": "user", "content": "parent"})
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if all of it worked
+        ok = False
+        try:
+            store.append("k", {"role": "user", "content": "child"})
+            ok = [m.content for m in store.load("k")] == ["parent", "child"]
+            store.close()
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.append("k", {"role": "user", "content": "parent again"})
+    assert [m.content for m in store.load("k")] == ["parent", "child", "parent again"]
+    assert store.verify().ok
+    store.close()

@@ -57,7 +57,7 @@ class Database:
         self._lock_timeout = lock_timeout
         self._local = _Local()
         self._mutex = threading.Lock()
-        self._conns: list[sqlite3.Connection] = []
+        self._conns: list[tuple[int, sqlite3.Connection]] = []  # (pid that opened it, connection)
         self._closed = False
         if not os.path.exists(path):  # created 0600 before SQLite opens it (its WAL files copy the mode)
             with contextlib.suppress(FileExistsError):
@@ -90,17 +90,21 @@ class Database:
         conn.execute(f"PRAGMA synchronous={self._synchronous}")
         local.conn, local.pid, local.depth, local.reading = conn, os.getpid(), 0, 0
         with self._mutex:
-            self._conns.append(conn)
+            self._conns.append((local.pid, conn))
         return conn
 
     def close(self) -> None:
-        """Close every connection of this store (call when no thread uses it any more)."""
+        """Close every connection this process opened for the store (call when no thread
+        uses it any more). Connections inherited across a fork are left alone: they belong
+        to the parent."""
+        pid = os.getpid()
         with self._mutex:
             self._closed = True
             conns, self._conns = self._conns, []
-        for conn in conns:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
+        for opener, conn in conns:
+            if opener == pid:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
 
     # -- transactions -------------------------------------------------------------------
     def _begin(self, conn: sqlite3.Connection, key: str | None) -> None:
