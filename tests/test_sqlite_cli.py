@@ -117,3 +117,31 @@ def test_progress_bar_only_on_a_terminal(stores: tuple[pathlib.Path, pathlib.Pat
                           capture_output=True, text=True, timeout=60, check=False,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0 and done.stderr == "" and "copied 2 sessions" in done.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_progress_bar_on_a_real_terminal(stores: tuple[pathlib.Path, pathlib.Path], tmp_path: pathlib.Path) -> None:
+    """``migrate`` as a real process whose stderr is a pseudo-terminal draws the bar there."""
+    jsonl, _db = stores
+    master, slave = os.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "jsonl_sessions", "migrate", str(jsonl), str(tmp_path / "t.db")],
+                              stdout=subprocess.PIPE, stderr=slave, text=True, timeout=60, check=False,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        os.close(slave)
+        slave = -1
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the terminal's other side is closed and drained
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        if slave != -1:
+            os.close(slave)
+        os.close(master)
+    assert done.returncode == 0 and "copied 2 sessions" in done.stdout
+    assert b"[" + b"#" * 30 + b"] 2/2 fork" in drawn, drawn
