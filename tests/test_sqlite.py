@@ -18,6 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,24 +34,37 @@ from jsonl_sessions import (
     SessionStore,
 )
 from jsonl_sessions.sqlite import SCHEMA_VERSION, SchemaError, SqliteSessionStore
+from jsonl_sessions.sqlite.rows import index_of
 from jsonl_sessions.testing import SessionStoreContract, make_state_machine
 
 SOAK = os.environ.get("JSONL_SESSIONS_SOAK") == "1"
 SCALE = 10 if SOAK else 1
 
 
-class SqliteDamage:
-    """The contract's ``damage`` capability for the SQLite backend: read a session's rows
-    as its export bytes, and append raw rows through a separate connection (as another
-    tool would, in its own transaction, keeping the counters right). A fragment without
-    its newline is dropped: SQLite commits whole transactions, so a write cut short never
-    becomes a visible row (the torn-tail test then checks that nothing else changed)."""
+class SqliteStorage:
+    """The storage capability of the SQLite backend, for the contract (``damage``) and the
+    state machine (``storage``): read a session's rows as its export bytes; append raw rows
+    through a separate connection, as another tool with a SQL shell would (in its own
+    transaction, index columns and counters kept right); age a session; check that the
+    file holds only the store's data. A fragment without its newline is dropped: SQLite
+    commits whole transactions, so a write cut short never becomes a visible row (the
+    torn-tail checks then verify that nothing else changed)."""
+
+    #: verify() findings that damage through this probe may cause (corrupt or repeated rows).
+    DAMAGE = frozenset({"corrupt-row", "id-order"})
 
     def __init__(self, store: SqliteSessionStore) -> None:
         self.store = store
 
     def _conn(self) -> sqlite3.Connection:
         return sqlite3.connect(self.store.path, isolation_level=None, timeout=10)
+
+    def _one(self, query: str, *args: Any) -> Any:
+        conn = self._conn()
+        try:
+            return conn.execute(query, args).fetchone()[0]
+        finally:
+            conn.close()
 
     def raw(self, key: str) -> bytes:
         conn = self._conn()
@@ -69,12 +83,36 @@ class SqliteDamage:
             sid, count, size = conn.execute("SELECT id, message_count, size_bytes FROM sessions WHERE key = ?",
                                             (key,)).fetchone()
             for i, line in enumerate(lines):
-                conn.execute("INSERT INTO messages (session, seq, line) VALUES (?, ?, ?)", (sid, count + i, line))
-            conn.execute("UPDATE sessions SET message_count = ?, size_bytes = ? WHERE id = ?",
-                         (count + len(lines), size + sum(len(x) + 1 for x in lines), sid))
+                conn.execute("INSERT INTO messages (session, seq, id, created_at, role, kind, line) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?)", (sid, count + i, *index_of(line), line))
+            conn.execute("UPDATE sessions SET message_count = ?, size_bytes = ?, activity_ns = ? WHERE id = ?",
+                         (count + len(lines), size + sum(len(x) + 1 for x in lines), time.time_ns(), sid))
             conn.execute("COMMIT")
         finally:
             conn.close()
+
+    def age(self, key: str, ns: int) -> None:
+        conn = self._conn()
+        try:
+            conn.execute("UPDATE sessions SET activity_ns = ? WHERE key = ?", (ns, key))
+        finally:
+            conn.close()
+
+    def changed_at(self, key: str) -> int:
+        return int(self._one("SELECT activity_ns FROM sessions WHERE key = ?", key))
+
+    def size(self, key: str) -> int:
+        return int(self._one("SELECT size_bytes FROM sessions WHERE key = ?", key))
+
+    def check_layout(self) -> int:
+        """Only the database and its WAL files in the directory; verify() finds nothing but
+        the damage this probe made; the number of repairs that quarantined rows."""
+        directory = pathlib.Path(self.store.path).parent
+        name = pathlib.Path(self.store.path).name
+        assert {p.name for p in directory.iterdir()} <= {name, name + "-wal", name + "-shm"}
+        unexpected = [f for f in self.store.verify().findings if f.kind not in self.DAMAGE]
+        assert not unexpected, unexpected
+        return int(self._one("SELECT count(DISTINCT repair) FROM quarantine"))
 
 
 @pytest.fixture
@@ -93,24 +131,29 @@ class TestSqliteContract(SessionStoreContract):
         return sqlite_store
 
     @pytest.fixture
-    def damage(self, store: SqliteSessionStore) -> SqliteDamage:
-        return SqliteDamage(store)
+    def damage(self, store: SqliteSessionStore) -> SqliteStorage:
+        return SqliteStorage(store)
 
 
-MACHINES: dict[str, tuple[Any, bool, int]] = {
-    "fsync-wall-clock": (lambda p: SqliteSessionStore(p / "s.db", durability="fsync"), False, 8),
-    "flush-manual-clock": (lambda p, c: SqliteSessionStore(p / "s.db", durability="flush", clock=c), True, 14),
+MACHINES: dict[str, tuple[Any, bool, Any, int]] = {
+    # name: (factory, manual clock, storage capability, examples)
+    "fsync-wall-clock": (lambda p: SqliteSessionStore(p / "s.db", durability="fsync"), False, None, 8),
+    "flush-manual-clock-storage": (lambda p, c: SqliteSessionStore(p / "s.db", durability="flush", clock=c), True,
+                                   SqliteStorage, 14),
 }
 
 
 @pytest.mark.parametrize("name", sorted(MACHINES))
 def test_state_machine(name: str) -> None:
-    factory, manual, examples = MACHINES[name]
-    machine = make_state_machine(factory, manual_clock=manual, name=f"Sqlite_{name.replace('-', '_')}")
+    factory, manual, storage, examples = MACHINES[name]
+    machine = make_state_machine(factory, manual_clock=manual, storage=storage,
+                                 name=f"Sqlite_{name.replace('-', '_')}")
     run_state_machine_as_test(machine, settings=settings(
         max_examples=examples * SCALE, stateful_step_count=40, deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]))
     assert machine.stats["fresh-store checks"] > 0
+    if storage is not None:  # the storage rules ran: rows damaged by another tool, sessions aged
+        assert machine.stats["damaged lines"] > 0 and machine.stats["sessions aged"] > 0, machine.stats
 
 
 # -- the file ---------------------------------------------------------------------------
@@ -182,7 +225,7 @@ def test_export_is_byte_identical_to_the_jsonl_backend(tmp_path: pathlib.Path) -
                  "id": "01HZZZZZZZZZZZZZZZZZZZZZZ1", "created_at": 6, "kind": "compaction"}]
     jsonl.append_many("k", messages)
     db.append_many("k", messages)
-    assert SqliteDamage(db).raw("k") == (tmp_path / "jsonl" / "k.jsonl").read_bytes()
+    assert SqliteStorage(db).raw("k") == (tmp_path / "jsonl" / "k.jsonl").read_bytes()
     assert db.get_session_metadata("k").size_bytes == jsonl.get_session_metadata("k").size_bytes  # type: ignore[union-attr]
     db.close()
 
@@ -191,7 +234,7 @@ def test_corrupt_row_names_session_and_message(tmp_path: pathlib.Path) -> None:
     store = SqliteSessionStore(tmp_path / "s.db")
     store.append_many("k", [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
     good = store.load("k")
-    damage = SqliteDamage(store)
+    damage = SqliteStorage(store)
     offset = len(damage.raw("k"))
     damage.append_raw("k", b'{"id": 5}\n')
     with pytest.raises(CorruptTranscriptError) as info:

@@ -257,10 +257,11 @@ class MetadataMethods(SqliteCore):
                 if not repair:
                     raise rows.corrupt(key, self._path, seq, offset, reason)
                 taken = self._clock()
-                c.executemany("INSERT INTO quarantine (session_key, taken_at, seq, line) VALUES (?, ?, ?, ?)",
-                              [(key, taken, seq, line) for seq, line in data])
+                repair_no = c.execute("SELECT coalesce(max(repair), 0) + 1 FROM quarantine").fetchone()[0]
+                c.executemany("INSERT INTO quarantine (repair, session_key, taken_at, seq, line) VALUES (?, ?, ?, ?, ?)",
+                              [(repair_no, key, taken, seq, line) for seq, line in data])
                 rows.log.warning("compact(repair=True) of session %r: its %d original rows are kept in the "
-                                 "quarantine table of %s (taken_at=%d)", key, len(data), self._path, taken)
+                                 "quarantine table of %s (repair %d)", key, len(data), self._path, repair_no)
             if dropped:
                 self._replace_rows(c, s.id, kept)
             return dropped

@@ -9,8 +9,9 @@ Tables (docs/sqlite.md has the details):
 - ``messages(session, seq, id, created_at, role, kind, line)``: one row per message;
   ``seq`` is its 0-based position (dense: 0..message_count-1), ``line`` the exact JSON
   line (no newline). Indexed by ``(session, seq)`` (primary key) and ``(session, id)``.
-- ``quarantine(session_key, taken_at, seq, line)``: rows that ``compact(repair=True)``
-  dropped, kept verbatim (nothing is deleted silently).
+- ``quarantine(repair, session_key, taken_at, seq, line)``: every row of a session that
+  ``compact(repair=True)`` rewrote, kept verbatim (nothing is deleted silently); ``repair``
+  numbers the repairs (1, 2, ...).
 
 The file is marked with ``PRAGMA application_id`` and versioned with ``PRAGMA
 user_version``. Opening a file of an older version runs the migration steps in order,
@@ -53,6 +54,7 @@ _V1 = (
 
 _V2 = (
     """CREATE TABLE quarantine (
+        repair INTEGER NOT NULL,
         session_key TEXT NOT NULL,
         taken_at INTEGER NOT NULL,
         seq INTEGER NOT NULL,
