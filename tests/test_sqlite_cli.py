@@ -145,3 +145,43 @@ def test_progress_bar_on_a_real_terminal(stores: tuple[pathlib.Path, pathlib.Pat
         os.close(master)
     assert done.returncode == 0 and "copied 2 sessions" in done.stdout
     assert b"[" + b"#" * 30 + b"] 2/2 fork" in drawn, drawn
+
+
+def test_tail_follow_on_sqlite_sees_appends_a_revert_and_a_recreate(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import _thread
+    import threading
+    import time
+
+    import orjson
+
+    path = tmp_path / "s.db"
+    ids = SqliteSessionStore(path).append_many("f", [{"role": "user", "content": f"message {i}"} for i in range(3)])
+
+    def writer() -> None:
+        try:
+            other = SqliteSessionStore(path, durability="flush")
+            time.sleep(0.15)
+            other.append("f", {"role": "user", "content": "appended live"})
+            time.sleep(0.15)
+            other.truncate_messages("f", ids[0])
+            other.append("f", {"role": "assistant", "content": "after the revert"})
+            time.sleep(0.15)
+            other.delete_session("f")
+            time.sleep(0.15)
+            other.append("f", {"role": "user", "content": "born again"})
+            time.sleep(0.3)
+        finally:
+            _thread.interrupt_main()  # Ctrl-C: the only way a follow ends
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        code = main(["--root", str(path), "tail", "f", "-n", "1", "-f", "--jsonl", "--interval", "0.01"])
+    finally:
+        thread.join()
+    out, err = capsys.readouterr()
+    assert code == 130
+    assert [orjson.loads(line)["content"] for line in out.splitlines()] == [
+        "message 2", "appended live", "after the revert", "born again"]
+    assert "truncated or rewritten" in err and "was removed" in err and "is back" in err
