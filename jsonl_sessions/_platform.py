@@ -112,8 +112,9 @@ def unlink(path: str) -> None:
     os.unlink(path)
 
 
-def mkdir(path: str, mode: int = 0o700) -> None:
-    os.mkdir(path, mode)
+def makedirs(path: str, mode: int = 0o700) -> None:
+    """Create directory ``path`` (and missing parents) with ``mode``; no error if it exists."""
+    os.makedirs(path, mode=mode, exist_ok=True)
 
 
 if sys.platform == "win32":  # pragma: no cover - not this machine (a literal check, so type checkers skip it)

@@ -9,11 +9,13 @@ objects), as are NaN and the infinities (orjson would write ``null``), integers 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from operator import itemgetter
 from typing import Any
 
 import orjson
 
-from .errors import SerializationError
+from .errors import InvalidMessageError, SerializationError
 from .types import ChatMessage, has_non_finite_float
 
 _DUMPS_OPTIONS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
@@ -50,23 +52,54 @@ def encode_record(record: dict[str, Any], key: str | None = None) -> bytes:
     return line
 
 
+#: The typed fields of a record: (name, type, required, may be null). A field that is not
+#: required may be absent.
+FIELDS: tuple[tuple[str, type, bool, bool], ...] = (
+    ("role", str, True, False), ("id", str, False, False), ("created_at", int, False, True),
+    ("kind", str, False, False),
+)
+_GETTERS = tuple((itemgetter(name), typ) for name, typ, _required, _null in FIELDS)
+_MISSING = object()
+
+
+def encode_records(records: Iterable[dict[str, Any]], key: str, limit: int) -> list[bytes]:
+    """The lines of ``records``; :class:`InvalidMessageError` for one over ``limit`` bytes,
+    :class:`SerializationError` for one that is not JSON. Nothing is written."""
+    lines = []
+    for record in records:
+        line = encode_record(record, key)
+        if len(line) > limit:
+            raise InvalidMessageError(key=key, message_id=record["id"],
+                                      reason=f"message is {len(line)} bytes, over max_message_bytes={limit}")
+        lines.append(line)
+    return lines
+
+
 def invalid_reason(obj: object) -> str | None:
-    """Why a decoded line is not a message record, or None when it is one."""
+    """Why a decoded line is not a message record (see :data:`FIELDS`), or None when it is one."""
     if type(obj) is not dict:
         return f"a line must be a JSON object, not {type(obj).__name__}"
-    role = obj.get("role")
-    if type(role) is not str:
-        return "the object has no string 'role'"
-    mid = obj.get("id", "")
-    if type(mid) is not str:
-        return "'id' is not a string"
-    created = obj.get("created_at")
-    if created is not None and type(created) is not int:
-        return "'created_at' is not an integer"
-    kind = obj.get("kind", "message")
-    if type(kind) is not str:
-        return "'kind' is not a string"
+    for name, typ, required, nullable in FIELDS:
+        value = obj.get(name, _MISSING)
+        if type(value) is typ or (not required and value is _MISSING) or (nullable and value is None):
+            continue
+        what = "an integer" if typ is int else "a string"
+        return f"the object has no string {name!r}" if required else f"{name!r} is not {what}"
     return None
+
+
+def all_complete(records: list[Any]) -> bool:
+    """Whether every decoded line is a record carrying every field of :data:`FIELDS` with
+    its type (what the store writes), checked with C-level loops: the fast path of a
+    whole-file parse. False means "look closer" (:func:`invalid_reason` per line), not
+    "invalid"."""
+    try:
+        for get, typ in _GETTERS:
+            if set(map(type, map(get, records))) != {typ}:
+                return False
+    except (KeyError, TypeError):
+        return False
+    return True
 
 
 def decode_record(line: bytes) -> dict[str, Any]:
@@ -78,10 +111,29 @@ def decode_record(line: bytes) -> dict[str, Any]:
     return obj  # type: ignore[no-any-return]
 
 
+ID_PREFIX = b'{"id":"'
+
+
+def prefix_id(head: bytes) -> str | None:
+    """The id of a line read off its first bytes ``head`` when the line starts the way the
+    store writes it (``{"id":"<id>"``, no escapes in the id); None otherwise (the line must
+    then be parsed, or ``head`` is too short). No parsing: O(len(id))."""
+    if head.startswith(ID_PREFIX):
+        end = head.find(b'"', 7)
+        if end != -1:
+            raw = head[7:end]
+            if b"\\" not in raw and b"\n" not in raw:
+                try:
+                    return raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    return None
+    return None
+
+
 def id_of_line(line: bytes) -> str:
-    """The id of a valid line, read off its prefix when it is ours, else by parsing it."""
-    if line.startswith(b'{"id":"'):
-        end = line.find(b'"', 7)
-        if end != -1 and b"\\" not in line[7:end]:
-            return line[7:end].decode("utf-8")
+    """The id of a valid line ("" when it has none), read off its prefix when it is ours,
+    else by parsing it (ValueError: the line is corrupt)."""
+    found = prefix_id(line)
+    if found is not None:
+        return found
     return decode_record(line.rstrip(b"\r\n")).get("id") or ""

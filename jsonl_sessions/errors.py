@@ -65,6 +65,18 @@ class CorruptTranscriptError(SessionStoreError):
     reason: str | None
 
 
+class CorruptControlError(CorruptTranscriptError):
+    """A session's control file (``<stem>.lock``) holds a committed roll-forward record
+    that this version cannot read (an unknown operation, or fields of the wrong type).
+
+    ``path`` is the control file, ``offset`` the byte offset of the record in it; ``line``
+    is None. Nothing is changed: the session cannot be written until the record is
+    removed (by a version that knows it, or by hand, see docs/format.md).
+    """
+
+    _template = "corrupt control file {path} (session {key!r}): record at byte offset {offset}: {reason}"
+
+
 class CorruptMetadataError(SessionStoreError):
     """A session's sidecar metadata file exists but is not a valid sidecar."""
 
@@ -166,6 +178,7 @@ class LockTimeoutError(SessionStoreError, TimeoutError):
 
 
 __all__ = [
+    "CorruptControlError",
     "CorruptMetadataError",
     "CorruptTranscriptError",
     "DuplicateMessageError",

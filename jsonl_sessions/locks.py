@@ -9,60 +9,33 @@ backoff (0.1 ms doubling to 5 ms) until ``lock_timeout``, then raises
 are never unlinked: unlinking a lock file while someone waits on it would let two
 processes hold "the" lock at once.
 
-The lock file is also the session's *control file* (layout in docs/format.md):
-
-- bytes 8-16: a sequence counter (little-endian u64), odd while a mutation rewrites bytes
-  in place (truncate, truncate-then-write). Readers take no lock: they read the counter,
-  the transcript, and the counter again, and retry when it was odd or changed, so they
-  never see a line spliced from old and new bytes.
-- bytes 16-56: the count cache (transcript inode, size, mtime, complete lines, and the
-  counter when written), kept current by writers, trusted by readers only while all of
-  them still match.
-- bytes 56-: a roll-forward record (one JSON line) written and fsynced *before* a
-  multi-step mutation touches the session; whoever next takes the guard completes it.
+The lock file is also the session's *control file* (:mod:`jsonl_sessions.control`):
+while held, the guard keeps the counter, the count cache and the roll-forward record it
+read when it was taken, and writes them.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 import threading
 import time
-from typing import Any, NamedTuple
-
-import orjson
 
 from . import _platform
-from .errors import LockTimeoutError, UnsafePathError
+from .control import (
+    COUNT,
+    COUNT_OFFSET,
+    MAX_RECORD_BYTES,
+    RECORD_OFFSET,
+    SEQ,
+    SEQ_OFFSET,
+    CountCache,
+    Record,
+    decode_head,
+    encode_record,
+)
+from .errors import LockTimeoutError
+from .layout import open_regular
 
-SEQ_OFFSET = 8
-COUNT_OFFSET = 16
-RECORD_OFFSET = 56
-_SEQ = struct.Struct("<Q")
-_COUNT = struct.Struct("<QQQQQ")  # transcript inode, size, mtime (ns), lines, sequence counter
-
-
-class CountCache(NamedTuple):
-    """What a writer last knew: the transcript (inode) had ``lines`` complete lines when
-    it was ``size`` bytes long and last modified at ``mtime`` (ns), with the sequence
-    counter at ``seq``. Trusted only while all four still match the file."""
-
-    ino: int
-    size: int
-    mtime: int
-    lines: int
-    seq: int
-
-    def matches(self, st: os.stat_result, seq: int) -> bool:
-        return (self.ino == st.st_ino and self.size == st.st_size and self.mtime == st.st_mtime_ns
-                and self.seq == seq)
-
-
-def _unpack_count(raw: bytes, offset: int) -> CountCache | None:
-    if len(raw) < offset + _COUNT.size:
-        return None
-    cache = CountCache(*_COUNT.unpack_from(raw, offset))
-    return cache if cache.ino else None
 _MAX_IDLE_GUARDS = 512
 _FIRST_DELAY = 0.0001
 _MAX_DELAY = 0.005
@@ -88,14 +61,6 @@ class SessionGuard:
         self.record: bytes | None = None
         #: The count cache, as read when the guard was taken and kept current since.
         self.count: CountCache | None = None
-
-    @property
-    def fd(self) -> int:
-        return self._fd
-
-    @property
-    def held(self) -> bool:
-        return self._depth > 0
 
     def acquire(self, timeout: float | None, key: str) -> bool:
         """Take the guard; True when this call took the process lock (depth 0 -> 1), so the
@@ -126,20 +91,18 @@ class SessionGuard:
             self._rlock.release()
             raise
         self._depth = 1
-        self.seq = _SEQ.unpack_from(head, SEQ_OFFSET)[0] if len(head) >= SEQ_OFFSET + 8 else 0
-        self.count = _unpack_count(head, COUNT_OFFSET)
-        self.record = head[RECORD_OFFSET:] if len(head) > RECORD_OFFSET and head[RECORD_OFFSET] else None
+        decoded = decode_head(head)
+        self.seq = decoded.seq
+        self.count = decoded.cache
+        self.record = decoded.record
         if self.record is not None and len(head) == 4096:
-            self.record = _platform.pread(self._fd, 1 << 24, RECORD_OFFSET)
+            self.record = _platform.pread(self._fd, MAX_RECORD_BYTES, RECORD_OFFSET)
         return True
 
     def _open(self, key: str) -> int:
-        try:
-            return _platform.open_file(self.path, os.O_RDWR | os.O_CREAT)
-        except OSError as exc:
-            if exc.errno in _platform.SYMLINK_ERRNOS:
-                raise UnsafePathError(key=key, path=self.path) from None
-            raise
+        opened = open_regular(self.path, os.O_RDWR | os.O_CREAT, key)
+        assert opened is not None  # O_CREAT
+        return opened[0]
 
     def _lock_file(self, started: float | None, timeout: float | None, key: str) -> None:
         if _platform.try_lock(self._fd):
@@ -176,30 +139,30 @@ class SessionGuard:
         """Mark the start of an in-place rewrite of transcript bytes (sequence -> odd)."""
         if not self.seq & 1:
             self.seq += 1
-            _platform.pwrite(self._fd, _SEQ.pack(self.seq), SEQ_OFFSET)
+            _platform.pwrite(self._fd, SEQ.pack(self.seq), SEQ_OFFSET)
 
     def end_in_place(self) -> None:
         """Mark its end (sequence -> even); readers that overlapped it retry."""
         if self.seq & 1:
             self.seq += 1
-            _platform.pwrite(self._fd, _SEQ.pack(self.seq), SEQ_OFFSET)
+            _platform.pwrite(self._fd, SEQ.pack(self.seq), SEQ_OFFSET)
 
     def write_count(self, st: os.stat_result, lines: int) -> None:
         """Record that the transcript, as ``st`` describes it, has ``lines`` complete lines,
         as of the current sequence counter (a cache: never fsynced)."""
-        cache = CountCache(st.st_ino, st.st_size, st.st_mtime_ns, lines, self.seq)
-        _platform.pwrite(self._fd, _COUNT.pack(*cache), COUNT_OFFSET)
+        cache = CountCache.of(st, lines, self.seq)
+        _platform.pwrite(self._fd, cache.encode(), COUNT_OFFSET)
         self.count = cache
 
     def drop_count(self) -> None:
         """Forget the count (the transcript is gone)."""
-        _platform.pwrite(self._fd, bytes(_COUNT.size), COUNT_OFFSET)
+        _platform.pwrite(self._fd, bytes(COUNT.size), COUNT_OFFSET)
         self.count = None
 
-    def write_record(self, record: dict[str, Any], durable: bool) -> None:
+    def write_record(self, record: Record, durable: bool) -> None:
         """Commit a roll-forward record: after this returns (durable: fsynced) recovery
         completes the mutation it describes."""
-        data = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        data = encode_record(record)
         _platform.pwrite(self._fd, data, RECORD_OFFSET)
         _platform.truncate(self._fd, RECORD_OFFSET + len(data))
         if durable:
@@ -214,6 +177,18 @@ class SessionGuard:
             _platform.fsync(self._fd)
         self.record = None
 
+    def close_if_idle(self) -> bool:
+        """Close the guard if no thread holds it (True); never waits."""
+        if not self._rlock.acquire(blocking=False):
+            return False
+        try:
+            if self._depth:
+                return False
+            self.close()
+            return True
+        finally:
+            self._rlock.release()
+
     def close(self) -> None:
         if self._fd != -1:
             try:
@@ -222,44 +197,6 @@ class SessionGuard:
                 pass
             self._fd = -1
         self.closed = True
-
-
-def parse_record(raw: bytes) -> dict[str, Any] | None:
-    """A committed record, or None when ``raw`` is torn or garbage (never committed)."""
-    end = raw.find(b"\n")
-    if end == -1:
-        return None
-    try:
-        record = orjson.loads(raw[:end])
-    except orjson.JSONDecodeError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
-class Control(NamedTuple):
-    """A lock-free reader's look at a session's control file."""
-
-    seq: int
-    pending: bool  # a roll-forward record is waiting to be completed
-    cache: CountCache | None
-
-
-def read_control(path: str) -> Control:
-    """Read the control file without locking (all zero when there is none)."""
-    try:
-        fd = _platform.open_file(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return Control(0, False, None)
-    except OSError as exc:
-        if exc.errno in _platform.SYMLINK_ERRNOS:
-            raise UnsafePathError(path=path) from None
-        raise
-    try:
-        raw = _platform.pread(fd, RECORD_OFFSET + 1, 0)
-    finally:
-        _platform.close(fd)
-    seq = _SEQ.unpack_from(raw, SEQ_OFFSET)[0] if len(raw) >= SEQ_OFFSET + 8 else 0
-    return Control(seq, len(raw) > RECORD_OFFSET and raw[RECORD_OFFSET] != 0, _unpack_count(raw, COUNT_OFFSET))
 
 
 class GuardRegistry:
@@ -284,13 +221,8 @@ class GuardRegistry:
 
     def _evict_idle(self) -> None:
         for path, guard in list(self._guards.items()):
-            if guard._rlock.acquire(blocking=False):
-                try:
-                    if guard._depth == 0:
-                        del self._guards[path]
-                        guard.close()
-                finally:
-                    guard._rlock.release()
+            if guard.close_if_idle():
+                del self._guards[path]
 
     def reset_after_fork(self) -> None:
         """In a forked child: forget the parent's guards (their locks are the parent's)."""

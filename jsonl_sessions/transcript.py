@@ -1,4 +1,5 @@
-"""Reading transcript bytes: whole-file parsing (strict or lenient) and tail scanning.
+"""Parsing transcript bytes into messages, strict or lenient (byte-level line work is in
+:mod:`jsonl_sessions.lines`).
 
 Rules (see docs/format.md):
 
@@ -19,25 +20,15 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from io import BytesIO
-from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any
 
-from . import _platform
-from .codec import JSONDecodeError, decode_record, loads
+from .codec import JSONDecodeError, all_complete, decode_record, loads
 from .errors import CorruptTranscriptError
-from .types import ChatMessage, _wrap
+from .lines import BOM
+from .types import ChatMessage, from_record
 
 log = logging.getLogger("jsonl_sessions")
 
-BOM = b"\xef\xbb\xbf"
-BLOCK = 64 * 1024
-FIRST_BLOCK = 4096
-_FIELD_TYPES = (
-    (itemgetter("role"), {str}),
-    (itemgetter("id"), {str}),
-    (itemgetter("kind"), {str}),
-    (itemgetter("created_at"), {int}),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +61,7 @@ def parse(data: bytes, *, strict: bool, key: str | None = None, path: str | None
         with _gc_paused(committed):
             records = _fast_records(body)
             if records is not None:
-                return Parsed(list(map(_wrap, records)), [], committed, torn)
+                return Parsed(list(map(from_record, records)), [], committed, torn)
     return _parse_slowly(data, committed, torn, strict=strict, key=key, path=path)
 
 
@@ -84,7 +75,7 @@ def _parse_slowly(data: bytes, committed: int, torn: int, *, strict: bool, key: 
         return Parsed(messages, bad, committed, torn)
     for number, line in enumerate(data[start : committed - 1].split(b"\n"), 1):
         try:
-            messages.append(_wrap(decode_record(line)))
+            messages.append(from_record(decode_record(line)))
         except (JSONDecodeError, ValueError) as exc:
             reason = str(exc) or type(exc).__name__
             if strict:
@@ -98,14 +89,9 @@ def _fast_records(lines: Iterable[bytes]) -> list[dict[str, Any]] | None:
     """Decode and validate all lines with C-level loops; None when any needs a closer look."""
     try:
         records = list(map(loads, lines))
-        # Each is a dict (itemgetter raises TypeError otherwise) with string id, role and
-        # kind and an int created_at; anything else gets the precise line-by-line check.
-        for get, expected in _FIELD_TYPES:
-            if set(map(type, map(get, records))) != expected:
-                return None
-    except (JSONDecodeError, KeyError, TypeError):
+    except JSONDecodeError:
         return None
-    return records
+    return records if all_complete(records) else None
 
 
 class _GCPause:
@@ -153,106 +139,3 @@ def warn_bad(bad: list[BadLine], key: str, path: str) -> None:
             "skipped %d corrupt line(s) in %s (session %r); first at line %d, byte offset %d: %s",
             len(bad), path, key, first.line, first.offset, first.reason,
         )
-
-
-class Tail(NamedTuple):
-    """The end of a transcript: where committed bytes end and what the last complete line is."""
-
-    size: int
-    committed: int  # offset just past the last newline (== size unless there is a torn tail)
-    last_start: int  # offset of the last complete line (== committed when there is none)
-    last_line: bytes | None  # that line without its newline
-
-    @property
-    def torn(self) -> bool:
-        return self.committed != self.size
-
-
-EMPTY_TAIL = Tail(0, 0, 0, None)
-
-
-def read_tail(fd: int, size: int) -> Tail:
-    """The last complete line of a file of ``size`` bytes. Cost: O(last line + torn tail)."""
-    if size == 0:
-        return EMPTY_TAIL
-    start = size - FIRST_BLOCK if size > FIRST_BLOCK else 0
-    buf = _platform.pread(fd, size - start, start)
-    if buf.endswith(b"\n"):  # the usual case: no torn tail, a short last line
-        nl = buf.rfind(b"\n", 0, len(buf) - 1)
-        if nl != -1 or start == 0:
-            line_start = start + nl + 1
-            line = buf[nl + 1 : -1]
-            if line_start == 0 and line.startswith(BOM):
-                line = line[3:]
-                line_start = 3
-            return Tail(size, size, line_start, line)
-    lines = iter_lines_backward(fd, size)
-    first = next(lines, None)
-    if first is None:
-        return Tail(size, 0, 0, None)
-    start, line, committed = first
-    return Tail(size, committed, start, line)
-
-
-def iter_lines_backward(fd: int, size: int) -> Iterator[tuple[int, bytes, int]]:
-    """Yield ``(start, line, committed)`` for complete lines from the newest back, reading
-    ``BLOCK``-sized chunks backwards; ``committed`` is the end of committed bytes (a torn
-    tail is skipped). A BOM before the first line is dropped. Cost: O(bytes yielded)."""
-    pos = size  # buf holds the file's bytes [pos, pos + len(buf))
-    buf = b""
-    block = FIRST_BLOCK  # most lines are short: start small, grow to BLOCK
-    while True:
-        nl = buf.rfind(b"\n")
-        if nl != -1:
-            break
-        if pos == 0:
-            return
-        read = min(block, pos)
-        block *= 4  # geometric growth: a huge line costs O(its size), not O(size^2 / block)
-        pos -= read
-        buf = _platform.pread(fd, read, pos) + buf
-    committed = pos + nl + 1
-    end = nl + 1  # buf[:end] ends with a newline and is not yet yielded
-    while end > 0:
-        nl = buf.rfind(b"\n", 0, end - 1)
-        if nl == -1 and pos > 0:
-            read = min(block, pos)
-            block = min(block * 4, max(BLOCK, end))
-            pos -= read
-            buf = _platform.pread(fd, read, pos) + buf[:end]
-            end = len(buf)
-            continue
-        line_start = nl + 1
-        line = buf[line_start : end - 1]
-        start = pos + line_start
-        if start == 0 and line.startswith(BOM):
-            line = line[3:]
-            start = 3
-        yield start, line, committed
-        end = line_start
-
-
-def count_newlines(fd: int, start: int, end: int) -> int:
-    """Newlines in bytes ``start``..``end`` of the file (complete lines ending there). O(end - start)."""
-    count = 0
-    pos = start
-    while pos < end:
-        chunk = _platform.pread(fd, min(1 << 20, end - pos), pos)
-        if not chunk:
-            break
-        count += chunk.count(b"\n")
-        pos += len(chunk)
-    return count
-
-
-def line_number_of(fd: int, offset: int) -> int:
-    """1-based line number of the line starting at ``offset`` (counts newlines before it: O(offset))."""
-    count = 0
-    pos = 0
-    while pos < offset:
-        chunk = _platform.pread(fd, min(1 << 20, offset - pos), pos)
-        if not chunk:
-            break
-        count += chunk.count(b"\n")
-        pos += len(chunk)
-    return count + 1

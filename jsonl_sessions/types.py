@@ -180,7 +180,7 @@ class ChatMessage:
         raise AttributeError("ChatMessage is immutable")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_wrap, (dict(self._data),))
+        return (from_record, (dict(self._data),))
 
     def __copy__(self) -> ChatMessage:
         return self
@@ -188,18 +188,21 @@ class ChatMessage:
     def __deepcopy__(self, memo: dict[int, Any]) -> ChatMessage:
         import copy
 
-        return _wrap(copy.deepcopy(self._data, memo))
+        return from_record(copy.deepcopy(self._data, memo))
 
 
 _set_data = ChatMessage._data.__set__  # type: ignore[attr-defined,misc]  # the slot, bypassing the frozen __setattr__
 _new = object.__new__
 
 
-def _wrap(data: dict[str, Any]) -> ChatMessage:
-    """Wrap an already-validated dict (it must hold a str ``role``) without copying it."""
+def from_record(data: dict[str, Any]) -> ChatMessage:
+    """Wrap an already-validated record dict (it must hold a str ``role``) without copying it."""
     msg = _new(ChatMessage)
     _set_data(msg, data)
     return msg
+
+
+_wrap = from_record  # the name pickles made by earlier versions refer to
 
 
 def _check_field_types(role: object, id: object, created_at: object, kind: object) -> None:
@@ -223,7 +226,7 @@ def as_message(message: ChatMessage | Mapping[str, Any]) -> ChatMessage:
         if role is None:
             raise InvalidMessageError(reason="a message needs a 'role'")
         _check_field_types(role, mid, created, kind)
-        return _wrap({"id": mid, "created_at": created, "role": role, "kind": kind, "content": message.get("content")})
+        return from_record({"id": mid, "created_at": created, "role": role, "kind": kind, "content": message.get("content")})
     return ChatMessage.from_dict(message)
 
 

@@ -9,12 +9,15 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from jsonl_sessions import SessionStore, _platform
+from jsonl_sessions import SessionNotFoundError, SessionStore, _platform
 from jsonl_sessions.keys import key_to_stem
 
 
 def count(store: SessionStore, key: str) -> int | None:
-    return store._count(store._session(key))
+    try:
+        return store.get_message_count(key)
+    except SessionNotFoundError:
+        return None
 
 
 @pytest.fixture

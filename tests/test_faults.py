@@ -30,8 +30,7 @@ from typing import Any
 import pytest
 from _summary import record
 
-from jsonl_sessions import SessionStore, SessionStoreError
-from jsonl_sessions.locks import REGISTRY
+from jsonl_sessions import SessionStore, SessionStoreError, _platform
 from jsonl_sessions.testing.faults import ERRNOS, KINDS, TORN_KINDS
 from jsonl_sessions.testing.faults import FaultInjector as Injector
 
@@ -175,6 +174,25 @@ def temp_files(root: pathlib.Path) -> list[str]:
     return sorted(p.name for p in root.glob(".*.tmp"))
 
 
+def _target(fd: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
+def lock_holder(path: str) -> int | None:
+    """The pid holding the flock of the lock file at ``path`` (from /proc/locks), if any."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        return _platform.lock_holder(fd)
+    finally:
+        os.close(fd)
+
+
 def open_fds() -> set[str]:
     """This process's open descriptors (Linux; empty elsewhere)."""
     if not os.path.isdir("/proc/self/fd"):
@@ -208,7 +226,7 @@ def run_case(root: pathlib.Path, durability: str, name: str, kind: str, mode: st
     # A store opened before the failure, like a long-running process: its constructor's
     # clean-up of temp files ran before the failure, so only its reads can recover.
     observer = SessionStore(root, durability=durability, lock_timeout=5)  # type: ignore[arg-type]
-    guard = REGISTRY.get(os.path.join(store.root, KEY + ".lock"))
+    lock_path = os.path.join(store.root, KEY + ".lock")
     fds = open_fds()
     raised: BaseException | None = None
     with Injector(kind, n, err=err, persistent=mode == "persistent", torn=mode == "torn") as injector:
@@ -216,8 +234,9 @@ def run_case(root: pathlib.Path, durability: str, name: str, kind: str, mode: st
             result = mutation.run(store)
         except Exception as exc:  # noqa: BLE001 - checked below
             raised = exc
-    assert not guard.held, f"{context}: the guard is still held after the call"
-    leaked = open_fds() - fds - {str(guard.fd)}
+    assert lock_holder(lock_path) is None, f"{context}: the session's lock is still held after the call"
+    lock_fds = {fd for fd in open_fds() - fds if _target(fd) == lock_path}  # the guard keeps its descriptor
+    leaked = open_fds() - fds - lock_fds
     assert not leaked, f"{context}: descriptors leaked: {[os.readlink('/proc/self/fd/' + fd) for fd in leaked]}"
     if injector.injected == 0:
         assert raised is None, f"{context}: failed without an injected error: {raised!r}"
@@ -226,7 +245,8 @@ def run_case(root: pathlib.Path, durability: str, name: str, kind: str, mode: st
         assert isinstance(raised, (OSError, SessionStoreError)), f"{context}: surfaced {raised!r}"
         if isinstance(raised, OSError) and not isinstance(raised, SessionStoreError):
             assert raised.errno == err, f"{context}: surfaced {raised!r}, not the injected error"
-    committed = name in JOURNALED and injector.record_committed(guard.fd, durability == "fsync")
+    committed = name in JOURNALED and any(injector.record_committed(int(fd), durability == "fsync")
+                                          for fd in lock_fds | {fd for fd in fds if _target(fd) == lock_path})
 
     seen_by_observer = view(observer)
     after = SessionStore(root, durability=durability, lock_timeout=5)  # type: ignore[arg-type]

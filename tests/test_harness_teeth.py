@@ -32,12 +32,13 @@ from _summary import record
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from jsonl_sessions import SessionQuery, SessionStore, _platform
-from jsonl_sessions.core import _Session
-from jsonl_sessions.locks import REGISTRY, SessionGuard
+from jsonl_sessions import SessionQuery, SessionStore, _platform, codec
+from jsonl_sessions._atomic import unlink_quietly, write_temp
+from jsonl_sessions.control import rename_over
+from jsonl_sessions.locks import SessionGuard
 from jsonl_sessions.testing import check_power_loss, fault_loop, make_state_machine
 from jsonl_sessions.testing.faults import no_temp_files, observer
-from jsonl_sessions.transcript import Tail
+from jsonl_sessions.txn import Tx
 from jsonl_sessions.types import Page, SessionMetadata
 
 # -- the planted bugs -----------------------------------------------------------------------
@@ -130,11 +131,20 @@ class SearchIsCaseSensitive(SessionStore):
             query.keyword in str(m.content) for m in self.load(md.key))]
 
 
+def _encode_without_checks(records: Iterable[dict[str, Any]], key: str, limit: int) -> list[bytes]:
+    return [orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in records]
+
+
 class NaNBecomesNull(SessionStore):
     """A NaN in content is written as null instead of being refused."""
 
-    def _encode(self, s: _Session, records: Iterable[dict[str, Any]]) -> list[bytes]:
-        return [orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in records]
+    def append_many(self, key: str, messages: Iterable[Any]) -> list[str]:
+        with _patched(codec, "encode_records", _encode_without_checks):
+            return super().append_many(key, messages)
+
+    def rewrite_messages(self, key: str, messages: Iterable[Any]) -> None:
+        with _patched(codec, "encode_records", _encode_without_checks):
+            super().rewrite_messages(key, messages)
 
 
 class RewriteClearsFirst(SessionStore):
@@ -147,16 +157,22 @@ class RewriteClearsFirst(SessionStore):
         super().rewrite_messages(key, msgs)
 
 
+def _append_without_rollback(tx: Tx, data: bytes, lines: int) -> None:
+    tail = tx.tail()
+    if tail.torn:
+        _platform.truncate(tx.fd, tail.committed)
+    _platform.write(tx.fd, data)
+    if tx.durable:
+        _platform.fsync(tx.fd)
+
+
 class AppendNotRolledBack(SessionStore):
     """A failed append is not rolled back: the line written before the failing fsync stays,
     so a retry duplicates it."""
 
-    def _append_bytes(self, fd: int, guard: SessionGuard, tail: Tail, data: bytes, lines: int) -> None:
-        if tail.torn:
-            _platform.truncate(fd, tail.committed)
-        _platform.write(fd, data)
-        if self._durable:
-            _platform.fsync(fd)
+    def append_many(self, key: str, messages: Iterable[Any]) -> list[str]:
+        with _patched(Tx, "append", _append_without_rollback):
+            return super().append_many(key, messages)
 
 
 class UpdateLastWithoutRecord(SessionStore):
@@ -168,42 +184,53 @@ class UpdateLastWithoutRecord(SessionStore):
             return super().update_last(key, message, expected_id=expected_id)
 
 
+_real_append = Tx.append
+
+
+def _append_without_fsync(tx: Tx, data: bytes, lines: int) -> None:
+    durable, tx.durable = tx.durable, False
+    try:
+        _real_append(tx, data, lines)
+    finally:
+        tx.durable = durable
+
+
 class AppendWithoutFsync(SessionStore):
     """Appends to an existing session are not fsynced, even in fsync mode."""
 
-    def _append_bytes(self, fd: int, guard: SessionGuard, tail: Tail, data: bytes, lines: int) -> None:
-        durable = self._durable
-        self._durable = False
-        try:
-            super()._append_bytes(fd, guard, tail, data, lines)
-        finally:
-            self._durable = durable
+    def append_many(self, key: str, messages: Iterable[Any]) -> list[str]:
+        with _patched(Tx, "append", _append_without_fsync):
+            return super().append_many(key, messages)
+
+
+def _install_without_dir_fsync(tx: Tx, chunks: Iterable[bytes]) -> None:
+    """Tx.install minus the directory fsync after the rename."""
+    tx.close()
+    write_temp(tx.files.tmp_transcript, chunks, tx.durable)
+    try:
+        rename_over(tx.guard, tx.files.tmp_transcript, tx.files.transcript)
+    except BaseException:
+        unlink_quietly(tx.files.tmp_transcript)
+        raise
 
 
 class RewriteWithoutDirFsync(SessionStore):
-    """rewrite_messages renames the new transcript into place without the directory fsync
-    (the transcript of ``_install_transcript`` minus that line)."""
+    """rewrite_messages renames the new transcript into place without the directory fsync."""
 
     def rewrite_messages(self, key: str, messages: Iterable[Any]) -> None:
-        self._skip_dir_fsync = True
-        try:
+        with _patched(Tx, "install", _install_without_dir_fsync):
             super().rewrite_messages(key, messages)
-        finally:
-            self._skip_dir_fsync = False
 
-    def _install_transcript(self, s: _Session, chunks: Iterable[bytes]) -> None:
-        if not getattr(self, "_skip_dir_fsync", False):
-            return super()._install_transcript(s, chunks)
-        from jsonl_sessions._atomic import unlink_quietly, write_temp
 
-        guard = REGISTRY.get(s.lock)
-        write_temp(s.tmp_transcript, chunks, self._durable)
-        try:
-            self._rename_in_place(guard, s.tmp_transcript, s.transcript)
-        except BaseException:
-            unlink_quietly(s.tmp_transcript)
-            raise
-        return None
+@contextlib.contextmanager
+def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """While active, ``owner.name`` is ``value``."""
+    real = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, real)
 
 
 @contextlib.contextmanager

@@ -35,7 +35,7 @@ from jsonl_sessions import (
     SessionNotFoundError,
     SessionStore,
     _platform,
-    history,
+    lines,
 )
 from jsonl_sessions import ids as ulid
 from jsonl_sessions.keys import key_to_stem
@@ -523,7 +523,7 @@ def test_cursor_pages_and_get_message_read_log_n_blocks(big: tuple[SessionStore,
                                                        reads: Reads) -> None:
     store, big_ids, _small_ids = big
     size = transcript(store, "big").stat().st_size
-    bound_calls = 2 * math.ceil(math.log2(size / history.SCAN_BYTES)) + 4
+    bound_calls = 2 * math.ceil(math.log2(size / lines.SCAN_BYTES)) + 4
     rng = random.Random(7)
     worst = (0, 0)
     for mid in [big_ids[0], big_ids[-1], *rng.sample(big_ids, 40)]:
@@ -531,7 +531,7 @@ def test_cursor_pages_and_get_message_read_log_n_blocks(big: tuple[SessionStore,
         assert store.get_message("big", mid) is not None
         calls, nbytes = reads.of("big.jsonl")
         worst = max(worst, (calls, nbytes))
-        assert calls <= bound_calls and nbytes <= bound_calls * 2 * history.PROBE_BYTES + history.SCAN_BYTES
+        assert calls <= bound_calls and nbytes <= bound_calls * 2 * lines.PROBE_BYTES + lines.SCAN_BYTES
     reads.clear()
     assert store.get_message("big", "0" * 26) is None and store.get_message("big", "Z" * 26) is None
     assert reads.of("big.jsonl")[0] <= 2 * bound_calls
@@ -542,7 +542,7 @@ def test_cursor_pages_and_get_message_read_log_n_blocks(big: tuple[SessionStore,
     page_calls, page_bytes = reads.of("big.jsonl")
     print(f"get_message worst: {worst[0]} preads / {worst[1]:,} bytes (bound {bound_calls} preads); "
           f"page(50, before=middle): {page_calls} preads / {page_bytes:,} bytes; file {size:,} bytes")
-    assert page_bytes <= bound_calls * 2 * history.PROBE_BYTES + 128 * 1024
+    assert page_bytes <= bound_calls * 2 * lines.PROBE_BYTES + 128 * 1024
 
 
 def test_window_at_the_end_reads_the_end_only(big: tuple[SessionStore, list[str], list[str]], reads: Reads) -> None:

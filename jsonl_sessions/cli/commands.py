@@ -16,8 +16,8 @@ import orjson
 
 from ..errors import InvalidMessageError, SessionExistsError, SessionNotFoundError
 from ..keys import key_to_stem
+from ..lines import BOM
 from ..sqlite import SqliteSessionStore
-from ..transcript import BOM
 from ..types import ChatMessage, SessionMetadata, SessionQuery
 from .common import (
     EXIT_FAILURE,

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from ..metadata import QUARANTINE_MARK, QUARANTINE_SUFFIX
+from ..layout import classify
 from ..sqlite import SqliteSessionStore
 from ..store import SessionStore
 from ..types import ChatMessage, SessionMetadata
@@ -118,8 +118,7 @@ def open_sqlite(args: argparse.Namespace, *, create: bool = False) -> SqliteSess
 
 def quarantine_files(root: str, stem: str) -> set[str]:
     """The names of the quarantine files a repair left for the session file stem ``stem``."""
-    prefix = stem + QUARANTINE_MARK
-    return {n for n in os.listdir(root) if n.startswith(prefix) and n.endswith(QUARANTINE_SUFFIX)}
+    return {n for n in os.listdir(root) if classify(n) == ("quarantine", stem)}
 
 
 # -- output ---------------------------------------------------------------------------------

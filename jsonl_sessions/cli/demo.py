@@ -16,9 +16,8 @@ import sys
 import tempfile
 from collections.abc import Callable
 
-from ..core import TRANSCRIPT_SUFFIX
 from ..errors import CorruptTranscriptError
-from ..keys import key_to_stem
+from ..layout import SessionFiles
 from ..store import SessionStore
 from .common import CliError, UsageError
 from .format import render_message, terminal_width
@@ -75,7 +74,7 @@ def run_demo(root: str | None, width: int | None) -> int:
 
 
 def _transcript(store: SessionStore, key: str) -> str:
-    return os.path.join(store.root, key_to_stem(key) + TRANSCRIPT_SUFFIX)
+    return SessionFiles.of(store.root, key).transcript
 
 
 def _conversation(store: SessionStore, columns: int) -> list[str]:

@@ -9,9 +9,7 @@ from collections import Counter
 from typing import Any
 
 from .. import _platform
-from ..core import LOCK_SUFFIX, SIDECAR_SUFFIX, TMP_SUFFIX, TRANSCRIPT_SUFFIX
-from ..keys import key_to_stem
-from ..metadata import QUARANTINE_MARK, QUARANTINE_SUFFIX
+from ..layout import TMP_SUFFIX, SessionFiles, classify
 from ..store import SessionStore
 from . import sqlite as sqlite_cli
 from .common import EXIT_OK, PROG, existing_root, is_sqlite, json_out, open_sqlite, out
@@ -22,7 +20,7 @@ from .format import size as fmt_size
 def _torn(root: str, key: str) -> bool:
     """Whether the transcript ends without a newline (reads one byte)."""
     try:
-        fd = _platform.open_file(os.path.join(root, key_to_stem(key) + TRANSCRIPT_SUFFIX), os.O_RDONLY)
+        fd = _platform.open_file(SessionFiles.of(root, key).transcript, os.O_RDONLY)
     except OSError:
         return False
     try:
@@ -47,13 +45,14 @@ def _files(root: str) -> dict[str, int]:
             name = entry.name
             if not entry.is_file(follow_symlinks=False) or name.startswith("."):
                 continue
-            if name.endswith(QUARANTINE_SUFFIX) and QUARANTINE_MARK in name:
+            role, stem = classify(name) or ("", "")
+            if role == "quarantine":
                 quarantined += 1
-            elif name.endswith(SIDECAR_SUFFIX):
-                sidecars.add(name[: -len(SIDECAR_SUFFIX)])
-            elif name.endswith(TRANSCRIPT_SUFFIX):
-                transcripts.add(name[: -len(TRANSCRIPT_SUFFIX)])
-            elif not name.endswith(LOCK_SUFFIX):
+            elif role == "sidecar":
+                sidecars.add(stem)
+            elif role == "transcript":
+                transcripts.add(stem)
+            elif role != "lock":
                 continue
             files += 1
             total += entry.stat(follow_symlinks=False).st_size

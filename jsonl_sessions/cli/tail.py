@@ -8,10 +8,9 @@ import os
 import time
 from collections.abc import Callable
 
-from ..core import LOCK_SUFFIX, TRANSCRIPT_SUFFIX
+from ..control import read_head
 from ..errors import MessageNotFoundError, SessionNotFoundError, SessionStoreError
-from ..keys import key_to_stem
-from ..locks import read_control
+from ..layout import SessionFiles
 from ..sqlite import SqliteSessionStore
 from .common import EXIT_OK, Printer, Store, err, open_store
 
@@ -43,9 +42,8 @@ def _probe(store: Store, key: str) -> Callable[[], Signature]:
             return None if md is None else (md.message_count, md.size_bytes, int(md.updated_at.timestamp() * 1e6)
                                             if md.updated_at else 0, 0)
         return row
-    stem = key_to_stem(key)
-    paths = os.path.join(store.root, stem + TRANSCRIPT_SUFFIX), os.path.join(store.root, stem + LOCK_SUFFIX)
-    return lambda: _signature(*paths)
+    files = SessionFiles.of(store.root, key)
+    return lambda: _signature(files.transcript, files.lock)
 
 
 Signature = tuple[int, int, int, int] | None
@@ -59,7 +57,7 @@ def _signature(transcript: str, lock: str) -> Signature:
     except FileNotFoundError:
         return None
     try:
-        seq = read_control(lock).seq
+        seq = read_head(lock).seq
     except (OSError, SessionStoreError):
         seq = -1
     return st.st_ino, st.st_size, st.st_mtime_ns, seq

@@ -30,12 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from .. import _platform, codec, sidecar
-from ..core import LOCK_SUFFIX, SIDECAR_SUFFIX, TMP_SUFFIX, TRANSCRIPT_SUFFIX
-from ..errors import CorruptMetadataError, SessionStoreError
-from ..keys import hashed_stem_matches, is_hashed, key_to_stem, stem_to_key
-from ..locks import RECORD_OFFSET, parse_record, read_control
-from ..metadata import QUARANTINE_MARK, QUARANTINE_SUFFIX
-from ..transcript import BOM
+from ..control import RECORD_OFFSET, parse_record, read_head
+from ..errors import CorruptControlError, CorruptMetadataError, SessionStoreError
+from ..keys import is_hashed, key_to_stem, stem_to_key
+from ..layout import LOCK_SUFFIX, SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, classify, key_of_stem, read_sidecar
+from ..lines import BOM, iter_lines_forward
 from . import sqlite as sqlite_cli
 from .common import ENV_ROOT, EXIT_FAILURE, EXIT_OK, UsageError, is_sqlite, json_out, open_sqlite, out, resolve_root
 from .format import clean
@@ -86,23 +85,6 @@ class _Stem:
     quarantine: list[_Entry] = field(default_factory=list)
 
 
-def _classify(name: str) -> tuple[str, str] | None:
-    """(role, stem) for a name the store uses, None for anything else."""
-    if name.startswith("."):
-        if name.endswith(TMP_SUFFIX):
-            for suffix in (TRANSCRIPT_SUFFIX, SIDECAR_SUFFIX):
-                if name.endswith(suffix + TMP_SUFFIX):
-                    return "temp", name[1 : -len(suffix + TMP_SUFFIX)]
-            return "temp", ""
-        return None
-    if name.endswith(QUARANTINE_SUFFIX) and QUARANTINE_MARK in name:
-        return "quarantine", name.split(QUARANTINE_MARK, 1)[0]
-    for role, suffix in (("transcript", TRANSCRIPT_SUFFIX), ("sidecar", SIDECAR_SUFFIX), ("lock", LOCK_SUFFIX)):
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return role, name[: -len(suffix)]
-    return None
-
-
 def verify(root: str, keys: Sequence[str] | None = None, *, progress_stream: TextIO | None = None) -> Report:
     """Check the store at ``root`` (all of it, or only the sessions ``keys``). Raises
     InvalidSessionKeyError for a bad key and OSError when root cannot be listed."""
@@ -116,7 +98,7 @@ def verify(root: str, keys: Sequence[str] | None = None, *, progress_stream: Tex
     stems: dict[str, _Stem] = {}
     with os.scandir(root) as entries:
         for entry in entries:
-            role_stem = _classify(entry.name)
+            role_stem = classify(entry.name)
             if role_stem is None:
                 if wanted is None:
                     report.findings.append(Finding("foreign", entry.name, "ignored by the store", problem=False))
@@ -201,26 +183,19 @@ def _lock_busy(root: str, stem: str) -> bool:
         _platform.close(fd)
 
 
-def _key_of(stem: str, meta: dict[str, Any] | None) -> str | None:
-    if not is_hashed(stem):
-        return stem_to_key(stem)
-    key = sidecar.text(meta, "key")
-    return key if key is not None and hashed_stem_matches(stem, key) else None
-
-
 def _check_stem(report: Report, root: str, stem: str, s: _Stem, bar: Progress) -> None:
     meta: dict[str, Any] | None = None
     meta_error: str | None = None
     if s.sidecar is not None:
         try:
-            meta = sidecar.read(os.path.join(root, s.sidecar.name))
+            meta = read_sidecar(os.path.join(root, s.sidecar.name))[0]
         except CorruptMetadataError as exc:
             meta_error = exc.reason or str(exc)
         except OSError as exc:
             meta_error = exc.strerror or str(exc)
             report.findings.append(Finding("unreadable", s.sidecar.name, meta_error))
             meta_error = None
-    key = _key_of(stem, meta)
+    key = key_of_stem(root, stem, meta, read=False)
     if s.transcript is not None:
         _check_transcript(report, root, stem, s.transcript, key)
         report.sessions += 1
@@ -280,7 +255,7 @@ def _check_lock(report: Report, root: str, stem: str, lock: _Entry, key: str | N
     deadline = time.monotonic() + _SETTLE_SECONDS
     while True:
         try:
-            control = read_control(path)
+            control = read_head(path)
         except (OSError, SessionStoreError) as exc:
             report.findings.append(Finding("unreadable", lock.name, str(exc), key=key))
             return
@@ -302,9 +277,12 @@ def _check_lock(report: Report, root: str, stem: str, lock: _Entry, key: str | N
                 _platform.close(fd)
         except OSError:
             raw = b""
-        record = parse_record(raw)
-        what = (f"a committed {record.get('op')!r} record whose writer died (rolled forward by the next access)"
-                if record is not None else "an uncommitted (torn) record (dropped by the next access)")
+        try:
+            record = parse_record(raw, path=path, key=key)
+            what = (f"a committed {record.op!r} record whose writer died (rolled forward by the next access)"
+                    if record is not None else "an uncommitted (torn) record (dropped by the next access)")
+        except CorruptControlError as exc:
+            what = f"a committed record this version cannot complete: {exc.reason}"
         report.findings.append(Finding("pending-record", lock.name, what, key=key, offset=RECORD_OFFSET))
     if odd:
         report.findings.append(Finding("odd-counter", lock.name, f"sequence counter {control.seq} is odd: an "
@@ -325,34 +303,10 @@ class _Scan:
 def _lines(fd: int, size: int, scan: _Scan) -> Iterator[tuple[int, bytes]]:
     """(offset, line) for each complete line of the first ``size`` bytes, read in blocks;
     sets ``scan.committed`` (the end of the last complete line) and ``scan.bom``."""
-    pos = 0  # where the next block starts
-    line_start = 0  # where the line being assembled starts
-    parts: list[bytes] = []  # its bytes from earlier blocks
-    while pos < size:
-        chunk = _platform.pread(fd, min(BLOCK, size - pos), pos)
-        if not chunk:
-            break
-        base = pos
-        pos += len(chunk)
-        start = 0
-        if base == 0 and chunk.startswith(BOM):
-            scan.bom = True
-            start = line_start = len(BOM)
-        while True:
-            nl = chunk.find(b"\n", start)
-            if nl == -1:
-                break
-            if parts:
-                line = b"".join(parts) + chunk[start:nl]
-                parts = []
-            else:
-                line = chunk[start:nl]
-            yield line_start, line
-            start = nl + 1
-            line_start = scan.committed = base + start
-        if start < len(chunk):
-            parts.append(chunk[start:])
-
+    scan.bom = size >= len(BOM) and _platform.pread(fd, len(BOM), 0) == BOM
+    for start, line in iter_lines_forward(fd, 0, size, block=BLOCK):
+        scan.committed = start + len(line) + 1
+        yield start, line
 
 def _scan(path: str, name: str, key: str | None) -> _Scan:
     fd = _platform.open_file(path, os.O_RDONLY)
@@ -406,9 +360,9 @@ def _check_transcript(report: Report, root: str, stem: str, entry: _Entry, key: 
     deadline = time.monotonic() + _SETTLE_SECONDS
     while True:
         try:
-            before = read_control(lock_path).seq
+            before = read_head(lock_path).seq
             scan = _scan(path, entry.name, key)
-            after = read_control(lock_path).seq
+            after = read_head(lock_path).seq
             now = os.lstat(path)
         except (OSError, SessionStoreError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

@@ -16,9 +16,11 @@ import stat
 from typing import Any
 
 from ..keys import key_to_stem
-
-TRANSCRIPT, SIDECAR, CONTROL = ".jsonl", ".meta.json", ".lock"
-QUARANTINE_MARK, QUARANTINE_SUFFIX, TEMP_SUFFIX = ".quarantine-", ".jsonl.bak", ".tmp"
+from ..layout import LOCK_SUFFIX as CONTROL
+from ..layout import QUARANTINE_MARK, QUARANTINE_SUFFIX
+from ..layout import SIDECAR_SUFFIX as SIDECAR
+from ..layout import TMP_SUFFIX as TEMP_SUFFIX
+from ..layout import TRANSCRIPT_SUFFIX as TRANSCRIPT
 
 
 class JsonlFileDamage:

@@ -38,11 +38,11 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from .. import codec, ids
-from ..core import DEFAULT_MAX_MESSAGE_BYTES
 from ..errors import InvalidMessageError, LockTimeoutError
 from ..keys import validate_key
-from ..metadata import _check_number, _check_text
+from ..metadata import check_number, check_text
 from ..protocol import SessionBackend
+from ..store import DEFAULT_MAX_MESSAGE_BYTES
 from ..types import (
     ChatMessage,
     Durability,
@@ -329,14 +329,14 @@ class MemorySessionStore:
             self._ref.set_fields(key, **changes)
 
     def set_session_name(self, key: str, name: str) -> None:
-        self._set(key, name=_check_text("name", name))
+        self._set(key, name=check_text("name", name))
 
     def get_session_name(self, key: str) -> str | None:
         with self._read(key) as s:
             return None if s is None else s.name
 
     def set_session_agent_alias(self, key: str, agent_alias: str) -> None:
-        self._set(key, alias=_check_text("agent_alias", agent_alias))
+        self._set(key, alias=check_text("agent_alias", agent_alias))
 
     def get_session_agent_alias(self, key: str) -> str | None:
         with self._read(key) as s:
@@ -345,14 +345,14 @@ class MemorySessionStore:
     def set_session_context(self, key: str, context: Mapping[str, str]) -> None:
         if not isinstance(context, Mapping):
             raise TypeError(f"context must be a mapping of str to str, not {type(context).__name__}")
-        value = {_check_text("context key", k): _check_text(f"context[{k!r}]", v) for k, v in context.items()}
+        value = {check_text("context key", k): check_text(f"context[{k!r}]", v) for k, v in context.items()}
         self._set(key, context=value)
 
     def set_session_principal(self, key: str, principal_id: str) -> None:
-        self._set(key, owner=_check_text("principal_id", principal_id, empty=False))
+        self._set(key, owner=check_text("principal_id", principal_id, empty=False))
 
     def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
-        owner = _check_text("owner_principal_id", owner_principal_id)
+        owner = check_text("owner_principal_id", owner_principal_id)
         validate_key(key)
         with self._change(key):
             return self._ref.delete_session_owned(key, owner)
@@ -360,7 +360,7 @@ class MemorySessionStore:
     def set_session_state(self, key: str, state: str, turn_id: str | None = None) -> None:
         if not isinstance(state, str) or state not in STATES:
             raise ValueError(f"state must be one of {sorted(STATES)}, not {state!r}")
-        turn = None if turn_id is None else _check_text("turn_id", turn_id)
+        turn = None if turn_id is None else check_text("turn_id", turn_id)
         validate_key(key)
         with self._change(key):
             self._ref.set_session_state(key, state, turn, self._clock())
@@ -374,22 +374,22 @@ class MemorySessionStore:
             return [self._metadata(k, self._ref.sessions[k]) for k in self._ref.list_running_sessions()]
 
     def list_stuck_sessions(self, threshold_secs: float) -> list[SessionMetadata]:
-        threshold = _check_number("threshold_secs", threshold_secs)
+        threshold = check_number("threshold_secs", threshold_secs)
         with self._model:
             return [self._metadata(k, self._ref.sessions[k])
                     for k in self._ref.list_stuck_sessions(threshold, self._clock())]
 
     # -- attribution ------------------------------------------------------------------
     def count_agent_attribution(self, agent_alias: str) -> int:
-        alias = _check_text("agent_alias", agent_alias)
+        alias = check_text("agent_alias", agent_alias)
         with self._model:
             return self._ref.count_agent_attribution(alias)
 
     def rename_agent_attribution(self, old_alias: str, new_alias: str) -> int:
-        return self._reattribute(_check_text("old_alias", old_alias), _check_text("new_alias", new_alias))
+        return self._reattribute(check_text("old_alias", old_alias), check_text("new_alias", new_alias))
 
     def clear_agent_attribution(self, agent_alias: str) -> int:
-        return self._reattribute(_check_text("agent_alias", agent_alias), None)
+        return self._reattribute(check_text("agent_alias", agent_alias), None)
 
     def _reattribute(self, old: str, new: str | None) -> int:
         """Each session under its own guard in turn, as the file store does."""
@@ -403,7 +403,7 @@ class MemorySessionStore:
     def cleanup_stale(self, ttl_hours: float) -> int:
         """Delete every session with no change within ``ttl_hours`` (wall clock), except
         ``running`` ones and those whose guard another thread holds; the number deleted."""
-        cutoff = time.time_ns() - int(_check_number("ttl_hours", ttl_hours) * 3600e9)
+        cutoff = time.time_ns() - int(check_number("ttl_hours", ttl_hours) * 3600e9)
         with contextlib.ExitStack() as stack:
             busy = set()
             for key in self.list_sessions():
@@ -420,11 +420,11 @@ class MemorySessionStore:
         activity first (ties: key order), at most ``query.limit``."""
         if not isinstance(query, SessionQuery):
             raise TypeError(f"query must be a SessionQuery, not {type(query).__name__}")
-        keyword = _check_text("keyword", query.keyword)
+        keyword = check_text("keyword", query.keyword)
         limit = query.limit
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise ValueError(f"limit must be None or an int >= 0, not {limit!r}")
-        alias = None if query.agent_alias is None else _check_text("agent_alias", query.agent_alias)
+        alias = None if query.agent_alias is None else check_text("agent_alias", query.agent_alias)
         with self._model:
             return [self._metadata(k, self._ref.sessions[k])
                     for k in self._ref.search(keyword, agent_alias=alias, limit=limit)]

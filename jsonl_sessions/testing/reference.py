@@ -34,7 +34,7 @@ from ..errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
-from ..history import TURN_SEARCH_LINES
+from ..paging import TURN_SEARCH_LINES
 from ..types import ChatMessage, Page, SessionMetadata, SessionState
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

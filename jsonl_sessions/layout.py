@@ -1,0 +1,195 @@
+"""Where a session's bytes live: every file name the store uses, and the one way to open them.
+
+For a session whose key encodes to ``<stem>`` (:func:`jsonl_sessions.keys.key_to_stem`),
+``root`` holds (docs/format.md has the details):
+
+- ``<stem>.jsonl``      the transcript (its existence is the session's existence);
+- ``<stem>.meta.json``  the sidecar;
+- ``<stem>.lock``       the lock / control file (never unlinked);
+- ``.<stem>.jsonl.tmp``, ``.<stem>.meta.json.tmp``  temp files of atomic replaces;
+- ``<stem>.quarantine-<UTC time>[-n].jsonl.bak``  original bytes saved by a repair.
+
+Nothing else in the library derives a path: it asks :class:`SessionFiles` or the
+functions here. Every open refuses to follow a symlink (:class:`UnsafePathError`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any
+
+from . import _platform, sidecar
+from .errors import CorruptMetadataError, SessionStoreError, UnsafePathError
+from .keys import hashed_stem_matches, is_hashed, key_to_stem, stem_to_key
+
+TRANSCRIPT_SUFFIX = ".jsonl"
+SIDECAR_SUFFIX = ".meta.json"
+LOCK_SUFFIX = ".lock"
+TMP_SUFFIX = ".tmp"
+QUARANTINE_MARK = ".quarantine-"
+QUARANTINE_SUFFIX = ".jsonl.bak"
+
+#: How the transcript is opened for writing (appends land at its end).
+WRITE_FLAGS = os.O_RDWR | os.O_APPEND
+
+#: Roles of the names :func:`classify` recognises.
+ROLES = ("transcript", "sidecar", "lock", "temp", "quarantine")
+
+log = logging.getLogger("jsonl_sessions")
+
+
+def open_regular(path: str, flags: int, key: str | None = None) -> tuple[int, os.stat_result] | None:
+    """Open ``path`` without following a symlink: ``(fd, fstat)``, or None when it does
+    not exist. Raises :class:`UnsafePathError` for a symlink or anything but a regular
+    file (nothing is left open then)."""
+    try:
+        fd = _platform.open_file(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in _platform.SYMLINK_ERRNOS:
+            raise UnsafePathError(key=key, path=path) from None
+        raise
+    try:
+        st = _platform.fstat(fd)
+    except BaseException:
+        _platform.close(fd)
+        raise
+    if not stat.S_ISREG(st.st_mode):
+        _platform.close(fd)
+        raise UnsafePathError(key=key, path=path)
+    return fd, st
+
+
+def read_sidecar(path: str, key: str | None = None) -> tuple[dict[str, Any] | None, int | None]:
+    """The sidecar at ``path`` and its modification time (ns, of the version read);
+    ``(None, None)`` when there is none. Raises :class:`CorruptMetadataError` when it
+    exists but is not a sidecar (or is a symlink, or of a newer format)."""
+    try:
+        opened = open_regular(path, os.O_RDONLY, key)
+    except UnsafePathError:
+        raise CorruptMetadataError(key=key, path=path, reason="not a regular file (symlink?)") from None
+    if opened is None:
+        return None, None
+    fd, st = opened
+    try:
+        raw = _platform.pread(fd, st.st_size + 1, 0)
+    finally:
+        _platform.close(fd)
+    return sidecar.decode(raw, path, key), st.st_mtime_ns
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFiles:
+    """The names and paths of one session's files (a value; make one with :meth:`of`)."""
+
+    root: str
+    key: str
+    stem: str
+    transcript: str
+    sidecar: str
+    lock: str
+    tmp_transcript: str
+    tmp_sidecar: str
+
+    @classmethod
+    def of(cls, root: str, key: str, stem: str | None = None) -> SessionFiles:
+        """The files of ``key`` in ``root``; ``stem`` defaults to the key's (validating the
+        key: :class:`InvalidSessionKeyError`)."""
+        stem = key_to_stem(key) if stem is None else stem
+        join = os.path.join
+        return cls(root, key, stem, join(root, stem + TRANSCRIPT_SUFFIX), join(root, stem + SIDECAR_SUFFIX),
+                   join(root, stem + LOCK_SUFFIX), join(root, "." + stem + TRANSCRIPT_SUFFIX + TMP_SUFFIX),
+                   join(root, "." + stem + SIDECAR_SUFFIX + TMP_SUFFIX))
+
+    @property
+    def temps(self) -> tuple[str, str]:
+        """Both temp files' paths."""
+        return self.tmp_transcript, self.tmp_sidecar
+
+    def open_transcript(self, flags: int) -> tuple[int, os.stat_result] | None:
+        """The transcript opened with ``flags``: ``(fd, fstat)``, None when the session does
+        not exist. :class:`UnsafePathError` for a symlink or a non-regular file."""
+        return open_regular(self.transcript, flags, self.key)
+
+    def open_transcript_for_write(self) -> tuple[int, os.stat_result] | None:
+        """The transcript opened for mutation (:data:`WRITE_FLAGS`), as :meth:`open_transcript`."""
+        return open_regular(self.transcript, WRITE_FLAGS, self.key)
+
+    def transcript_exists(self) -> bool:
+        """Whether the transcript is a regular file (a symlink is not a session). One lstat."""
+        try:
+            return stat.S_ISREG(os.lstat(self.transcript).st_mode)
+        except FileNotFoundError:
+            return False
+
+    def read_sidecar(self) -> dict[str, Any] | None:
+        """The sidecar; None when there is none. :class:`CorruptMetadataError` when unreadable."""
+        return read_sidecar(self.sidecar, self.key)[0]
+
+    def quarantine_path(self, stamp: str, n: int) -> str:
+        """The ``n``-th candidate name (0: no ``-n``) of a quarantine copy made at ``stamp``."""
+        suffix = "" if n == 0 else f"-{n}"
+        return os.path.join(self.root, f"{self.stem}{QUARANTINE_MARK}{stamp}{suffix}{QUARANTINE_SUFFIX}")
+
+    def is_quarantine(self, name: str) -> bool:
+        """Whether ``name`` (in root) is a quarantine copy of this session."""
+        return classify(name) == ("quarantine", self.stem)
+
+
+def classify(name: str) -> tuple[str, str] | None:
+    """``(role, stem)`` for a file name the store uses (role: one of :data:`ROLES`; the
+    stem of a temp file whose name is not the store's is ""), None for anything else."""
+    if name.startswith("."):
+        if name.endswith(TMP_SUFFIX):
+            for suffix in (TRANSCRIPT_SUFFIX, SIDECAR_SUFFIX):
+                if name.endswith(suffix + TMP_SUFFIX):
+                    return "temp", name[1 : -len(suffix + TMP_SUFFIX)]
+            return "temp", ""
+        return None
+    if name.endswith(QUARANTINE_SUFFIX) and QUARANTINE_MARK in name:
+        return "quarantine", name.split(QUARANTINE_MARK, 1)[0]
+    for role, suffix in (("transcript", TRANSCRIPT_SUFFIX), ("sidecar", SIDECAR_SUFFIX), ("lock", LOCK_SUFFIX)):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return role, name[: -len(suffix)]
+    return None
+
+
+def key_of_stem(root: str, stem: str, meta: dict[str, Any] | None = None, *, read: bool = True) -> str | None:
+    """The session key a stem stands for: decoded from the stem itself, or, for a hashed
+    stem (a long key), read from its sidecar (``meta`` when the caller already read it,
+    or ``read=False``: do not read it) and checked against the hash. None when neither
+    works (a file the store did not make, or a hashed stem whose sidecar is missing or
+    unreadable: logged)."""
+    if not is_hashed(stem):
+        return stem_to_key(stem)
+    if meta is None and read:
+        try:
+            meta = read_sidecar(os.path.join(root, stem + SIDECAR_SUFFIX))[0]
+        except (OSError, SessionStoreError) as exc:
+            log.warning("cannot read the key of session file %s: %s", stem, exc)
+            return None
+    key = sidecar.text(meta, "key")
+    return key if key is not None and hashed_stem_matches(stem, key) else None
+
+
+def list_keys(root: str) -> list[str]:
+    """Every session's key in ``root``, sorted: names ending in ``.jsonl`` that are
+    regular files (not symlinks), do not start with ``.``, and decode back to a key.
+    Never parses a transcript. O(files in root)."""
+    keys = []
+    with os.scandir(root) as entries:
+        for entry in entries:
+            name = entry.name
+            if not name.endswith(TRANSCRIPT_SUFFIX) or name.startswith("."):
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            key = key_of_stem(root, name[: -len(TRANSCRIPT_SUFFIX)])
+            if key is not None:
+                keys.append(key)
+    keys.sort()
+    return keys

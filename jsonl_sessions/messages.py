@@ -1,0 +1,254 @@
+"""The transcript operations of a store: load, append, change the end, replace, clear, delete.
+
+Each function takes the store's :class:`~jsonl_sessions.txn.Root` and the session's
+:class:`~jsonl_sessions.layout.SessionFiles`; the contracts (errors, atomicity, cost)
+are those of the :class:`jsonl_sessions.SessionStore` methods of the same names.
+Mutations are a few lines on top of :func:`jsonl_sessions.txn.mutate`; reads go
+through :mod:`jsonl_sessions.snapshot` and take no lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from . import codec, sidecar, snapshot
+from .assign import assign_ids
+from .errors import CorruptTranscriptError, SessionNotFoundError, UnsafePathError
+from .layout import SessionFiles
+from .lines import Tail, iter_lines_backward, line_number_of
+from .transcript import parse, warn_bad
+from .txn import Root, Tx, mutate
+from .types import ChatMessage
+
+log = logging.getLogger("jsonl_sessions")
+
+
+# -- reading --------------------------------------------------------------------------
+def load(root: Root, files: SessionFiles) -> list[ChatMessage]:
+    """Every message, lenient: corrupt lines and a symlinked transcript are logged, skipped."""
+    try:
+        data = snapshot.read_transcript(root, files)
+    except UnsafePathError as exc:
+        log.warning("%s", exc)
+        return []
+    if not data:
+        return []
+    parsed = parse(data, strict=False, key=files.key, path=files.transcript)
+    warn_bad(parsed.bad, files.key, files.transcript)
+    return parsed.messages
+
+
+def try_load(root: Root, files: SessionFiles) -> list[ChatMessage]:
+    """Every message, strict: the first corrupt line raises :class:`CorruptTranscriptError`."""
+    data = snapshot.read_transcript(root, files)
+    if not data:
+        return []
+    return parse(data, strict=True, key=files.key, path=files.transcript).messages
+
+
+def get_trim_breadcrumb(root: Root, files: SessionFiles) -> bool | None:
+    """The breadcrumb flag, read consistently with the transcript (a replace renames both
+    with the counter odd)."""
+    if not files.transcript_exists():
+        return None
+    meta = snapshot.consistent(root, files, lambda _head: files.read_sidecar())
+    value = None if meta is None else meta.get("trim_breadcrumb")
+    return value if isinstance(value, bool) else None
+
+
+# -- helpers on an open transcript ------------------------------------------------------
+def _ids_backward(fd: int, size: int, skip: int = 0) -> Iterator[str]:
+    """The readable ids of the lines before ``size``, newest first (corrupt lines stepped over)."""
+    lines = iter_lines_backward(fd, size)
+    for _ in range(skip):
+        next(lines, None)
+    for _start, line, _committed in lines:
+        try:
+            yield codec.id_of_line(line)
+        except ValueError:
+            continue
+
+
+def last_id(fd: int, tail: Tail) -> str | None:
+    """The id of the newest parseable line (normally the last one, already read: O(1))."""
+    if tail.last_line is not None:
+        try:
+            return codec.id_of_line(tail.last_line) or None
+        except ValueError:
+            pass
+    return next(_ids_backward(fd, tail.size), "") or None
+
+
+def previous_id(fd: int, tail: Tail) -> str | None:
+    """The id of the newest parseable line before the last one."""
+    return next(_ids_backward(fd, tail.size, skip=1), "") or None
+
+
+def has_id(fd: int, size: int, message_id: str) -> bool:
+    """Whether ``message_id`` is in the first ``size`` bytes (the backward scan stops at the
+    first smaller id: ids increase)."""
+    for found in _ids_backward(fd, size):
+        if found == message_id:
+            return True
+        if found < message_id:
+            return False
+    return False
+
+
+def newest(tx: Tx) -> dict[str, Any] | None:
+    """The newest message's record of the open transcript; None when it has no complete
+    line. A corrupt newest line raises :class:`CorruptTranscriptError` (its line number
+    counted: O(n) then, O(1) otherwise)."""
+    tail = tx.tail()
+    if tail.last_line is None:
+        return None
+    try:
+        return codec.decode_record(tail.last_line)
+    except ValueError as exc:
+        raise CorruptTranscriptError(key=tx.files.key, path=tx.files.transcript, offset=tail.last_start,
+                                     line=line_number_of(tx.fd, tail.last_start), reason=str(exc)) from None
+
+
+def _check_clean(tx: Tx) -> None:
+    """Refuse (CorruptTranscriptError) to replace a transcript holding bytes that do not
+    parse: they would be destroyed. O(transcript)."""
+    if tx.open():
+        data = tx.read_all()
+        if data:
+            parse(data, strict=True, key=tx.files.key, path=tx.files.transcript)
+
+
+def _encode(root: Root, key: str, records: list[dict[str, Any]]) -> list[bytes]:
+    return codec.encode_records(records, key, root.max_message_bytes)
+
+
+# -- appending ------------------------------------------------------------------------
+def append_many(root: Root, files: SessionFiles, msgs: Sequence[ChatMessage]) -> list[str]:
+    """Append ``msgs`` as one locked write (all or none); their ids."""
+    if not msgs:
+        return []
+    with mutate(root, files) as tx:
+        if not tx.open():
+            records = assign_ids(files.key, msgs, None, root.clock())
+            tx.create(_encode(root, files.key, records), _new_meta(root, files.key, None))
+            return [r["id"] for r in records]
+        tail = tx.tail()
+        fd = tx.fd
+        records = assign_ids(files.key, msgs, last_id(fd, tail), root.clock(),
+                             lambda mid: has_id(fd, tail.size, mid))
+        lines = _encode(root, files.key, records)
+        tx.append(lines[0] if len(lines) == 1 else b"".join(lines), len(lines))
+        return [r["id"] for r in records]
+
+
+def _new_meta(root: Root, key: str, breadcrumb: bool | None) -> dict[str, Any]:
+    meta = sidecar.new_sidecar(key, root.clock())
+    meta["trim_breadcrumb"] = breadcrumb
+    return meta
+
+
+# -- changing the end -------------------------------------------------------------------
+def remove_last(root: Root, files: SessionFiles, expected_id: str | None) -> bool:
+    """Remove the newest message (compare-and-remove with ``expected_id``)."""
+    with mutate(root, files) as tx:
+        if not tx.open():
+            return False
+        record = newest(tx)
+        if record is None or (expected_id is not None and (record.get("id") or "") != expected_id):
+            return False
+        tx.truncate_to(tx.tail().last_start, 1)
+        return True
+
+
+def update_last(root: Root, files: SessionFiles, m: ChatMessage, expected_id: str | None) -> bool:
+    """Replace the newest message (keeping its id and created_at unless ``m`` has its own)."""
+    with mutate(root, files) as tx:
+        if not tx.open():
+            return False
+        old = newest(tx)
+        if old is None:
+            return False
+        old_id = old.get("id") or ""
+        if expected_id is not None and old_id != expected_id:
+            return False
+        new_id = m.id or old_id
+        if m.created_at is None and isinstance(old.get("created_at"), int):
+            m = m.replace(created_at=old["created_at"])
+        tail = tx.tail()
+        if new_id != old_id or not new_id:
+            fd = tx.fd
+            records = assign_ids(files.key, [m], previous_id(fd, tail), root.clock(),
+                                 lambda mid: has_id(fd, tail.last_start, mid))
+        else:
+            records = [codec.record_of(m, new_id, m.created_at if m.created_at is not None else root.clock())]
+        tx.rewrite_tail(tail.last_start, _encode(root, files.key, records)[0])
+        return True
+
+
+# -- replacing everything -----------------------------------------------------------------
+def rewrite(root: Root, files: SessionFiles, msgs: Sequence[ChatMessage]) -> None:
+    """Replace the whole transcript (temp + rename), creating the session if needed."""
+    with mutate(root, files) as tx:
+        lines = _encode(root, files.key, assign_ids(files.key, msgs, None, root.clock()))
+        if not files.transcript_exists():
+            tx.create(lines, _new_meta(root, files.key, None))
+            return
+        _check_clean(tx)
+        tx.install(lines)
+
+
+def replace_state(root: Root, files: SessionFiles, msgs: Sequence[ChatMessage], breadcrumb: bool, *,
+                  if_exists: bool) -> bool:
+    """Replace transcript and breadcrumb flag as one unit; False (nothing written) when
+    ``if_exists`` and the session does not exist."""
+    with mutate(root, files) as tx:
+        exists = files.transcript_exists()
+        if if_exists and not exists:
+            return False
+        lines = _encode(root, files.key, assign_ids(files.key, msgs, None, root.clock()))
+        if not exists:
+            tx.create(lines, _new_meta(root, files.key, bool(breadcrumb)))
+            return True
+        _check_clean(tx)
+        meta = tx.read_sidecar()
+        meta["trim_breadcrumb"] = bool(breadcrumb)
+        meta["updated_at"] = root.clock()
+        tx.move_together(lines, meta)
+        return True
+
+
+def set_trim_breadcrumb(root: Root, files: SessionFiles, present: bool) -> None:
+    update_sidecar(root, files, lambda meta: meta.__setitem__("trim_breadcrumb", bool(present)))
+
+
+def update_sidecar(root: Root, files: SessionFiles, change: Callable[[dict[str, Any]], None]) -> None:
+    """Apply ``change(meta)`` to the sidecar of an existing session under its guard and
+    replace the sidecar atomically. :class:`SessionNotFoundError` for a missing session;
+    :class:`CorruptMetadataError` (nothing written) for an unreadable sidecar."""
+    with mutate(root, files) as tx:
+        if not files.transcript_exists():
+            raise SessionNotFoundError(key=files.key)
+        meta = tx.read_sidecar()
+        change(meta)
+        tx.write_sidecar(meta)
+
+
+# -- clearing and deleting ----------------------------------------------------------------
+def clear(root: Root, files: SessionFiles) -> int:
+    """Remove every message (refusing corrupt lines); the number removed."""
+    with mutate(root, files) as tx:
+        if not tx.open():
+            return 0
+        count = len(parse(tx.read_all(), strict=True, key=files.key, path=files.transcript).messages)
+        tx.truncate_to(0, count, remaining=0)
+        return count
+
+
+def delete(root: Root, files: SessionFiles) -> bool:
+    """Delete transcript, sidecar and temp files; True if the session existed."""
+    with mutate(root, files) as tx:
+        existed = files.transcript_exists()
+        tx.delete()
+        return existed

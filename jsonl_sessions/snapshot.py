@@ -1,0 +1,134 @@
+"""Lock-free consistent reads of a session, and counting its lines.
+
+Readers take no lock. :func:`consistent` reads the control file's sequence counter, runs
+the read, and reads the counter again; when it was odd (an in-place rewrite running) or
+moved meanwhile, the read is retried, so a reader never sees bytes spliced from two
+states. Single-line appends never touch the counter: a reader sees a prefix, and an
+append in progress is a torn tail, which readers ignore.
+
+Two states are never returned: the one a committed roll-forward record replaces (the
+reader first takes the guard for a moment, if free, which completes the record), and
+one behind a counter left odd by a dead writer (after 0.2 s the reader takes the guard,
+if free, which makes it even).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from . import _platform
+from .control import Head, read_head
+from .errors import SessionStoreError
+from .layout import SessionFiles
+from .lines import count_newlines
+from .txn import Root, acquire, try_recover
+
+_T = TypeVar("_T")
+#: How long a reader waits on an odd counter before it tries to recover it.
+READ_RETRY_SECONDS = 0.2
+
+
+def consistent(root: Root, files: SessionFiles, read: Callable[[Head], _T]) -> _T:
+    """``read(head)`` (a lock-free read of the session's files, given the control file as
+    it was just before) run until no in-place mutation overlapped it."""
+    started = time.monotonic()
+    delay = 0.0001
+    completed = False
+    while True:
+        head = read_head(files.lock)
+        if head.pending and not completed:
+            # A committed record: its mutation counts as done, so the state it replaces
+            # must not be returned. If its writer died, taking the guard (if free)
+            # completes it; if the guard is held, the writer is still running and the
+            # state before its mutation is still the current one. Best effort: a failed
+            # completion is left to the next writer.
+            completed = True
+            try_recover(root, files)
+            continue
+        if not head.seq & 1:
+            result = read(head)
+            if read_head(files.lock).seq == head.seq:
+                return result
+        elif time.monotonic() - started > READ_RETRY_SECONDS:
+            try_recover(root, files)  # its writer may have died: recovery makes it even
+            started = time.monotonic()
+        time.sleep(delay)
+        delay = min(delay * 2, 0.005)
+
+
+def with_transcript(root: Root, files: SessionFiles, read: Callable[[int, int], _T]) -> _T | None:
+    """``read(fd, size)`` on the transcript opened read-only, consistently (see
+    :func:`consistent`); None when the session does not exist. An error from ``read``
+    (SessionStoreError, ValueError, LookupError) is raised only once the counter says it
+    came from a stable state (one raised while a truncation ran is retried)."""
+
+    def attempt(_head: Head) -> tuple[_T | None, Exception | None] | None:
+        opened = files.open_transcript(os.O_RDONLY)
+        if opened is None:
+            return None
+        fd, st = opened
+        try:
+            return read(fd, st.st_size), None
+        except (SessionStoreError, ValueError, LookupError) as exc:
+            return None, exc
+        finally:
+            _platform.close(fd)
+
+    outcome = consistent(root, files, attempt)
+    if outcome is None:
+        return None
+    result, error = outcome
+    if error is not None:
+        raise error
+    return result
+
+
+def read_transcript(root: Root, files: SessionFiles) -> bytes | None:
+    """The transcript's bytes, never spliced by an in-place mutation; None when missing."""
+    return with_transcript(root, files, lambda fd, size: _platform.pread(fd, size, 0))
+
+
+def count(root: Root, files: SessionFiles) -> int | None:
+    """How many complete lines the transcript holds; None when the session does not exist.
+    Takes no lock. O(1) while the count cache matches the file (inode, size, mtime and
+    counter); otherwise one newline count (O(transcript), no parsing), stored in the
+    cache if the guard is free and nothing changed meanwhile."""
+    seen: list[int] = []
+
+    def read(head: Head) -> tuple[int, os.stat_result | None] | None:
+        seen.append(head.seq)
+        opened = files.open_transcript(os.O_RDONLY)
+        if opened is None:
+            return None
+        fd, st = opened
+        try:
+            if head.cache is not None and head.cache.matches(st, head.seq):
+                return head.cache.lines, None
+            return count_newlines(fd, 0, st.st_size), st
+        finally:
+            _platform.close(fd)
+
+    result = consistent(root, files, read)
+    if result is None:
+        return None
+    lines, counted = result
+    if counted is not None:
+        _store_count(root, files, counted, lines, seen[-1])
+    return lines
+
+
+def _store_count(root: Root, files: SessionFiles, counted: os.stat_result, lines: int, seq: int) -> None:
+    """Write a full count into the cache, if the guard is free and the file is unchanged."""
+    with contextlib.suppress(SessionStoreError, OSError):
+        guard = acquire(root, files, timeout=0)
+        try:
+            now = os.lstat(files.transcript)
+            if guard.seq == seq and (now.st_ino, now.st_size, now.st_mtime_ns) == (
+                    counted.st_ino, counted.st_size, counted.st_mtime_ns):
+                guard.write_count(counted, lines)
+        finally:
+            guard.release()

@@ -1,0 +1,374 @@
+"""Mutations of one session: ``with mutate(root, files) as tx:`` and a few primitives.
+
+:func:`mutate` takes the session's guard (waiting up to the store's ``lock_timeout``),
+completes whatever a dead writer left (a committed roll-forward record, an odd counter),
+and hands out a :class:`Tx`. Every primitive of the :class:`Tx` is all-or-nothing on disk,
+also after SIGKILL or an I/O error at any point, keeps lock-free readers safe (the
+sequence counter is odd around anything that rewrites bytes in place) and keeps the
+count cache current:
+
+- :meth:`Tx.append`: one write after the committed bytes (a torn tail cut first); a
+  batch of several lines is journaled (:class:`~jsonl_sessions.control.AppendBatch`);
+  rolled back on error, so an unacknowledged line never appears later;
+- :meth:`Tx.truncate_to`: one ``ftruncate`` at a line boundary;
+- :meth:`Tx.rewrite_tail`: journaled (:class:`~jsonl_sessions.control.TailRewrite`);
+- :meth:`Tx.install` / :meth:`Tx.create`: temp file, fsync, rename, directory fsync;
+- :meth:`Tx.move_together`: transcript and sidecar replaced as one unit (journaled
+  :class:`~jsonl_sessions.control.Moves`);
+- :meth:`Tx.write_sidecar`, :meth:`Tx.delete`.
+
+A primitive that fails past its commit point (the record is on disk) settles: it tries
+to complete the mutation at once, else the next guard holder does. In ``"fsync"`` mode
+everything a primitive did is on stable storage when it returns (file fsync, directory
+fsync after create / rename / unlink); ``"flush"`` skips every fsync.
+
+The transcript is opened for writing in one place, :meth:`Tx.open`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from . import _platform, sidecar
+from ._atomic import atomic_write, unlink_quietly, write_temp
+from .control import AppendBatch, Moves, Record, TailRewrite, cut, parse_record, rename_over
+from .errors import SessionStoreError
+from .layout import SessionFiles
+from .lines import Tail, read_tail
+from .locks import REGISTRY, GuardClosed, SessionGuard
+from .types import Durability
+
+log = logging.getLogger("jsonl_sessions")
+#: ``timeout`` meaning "the store's lock_timeout".
+DEFAULT: Literal[False] = False
+_MAX_CACHED_FILES = 4096
+
+
+def check_options(durability: object, lock_timeout: float | None, max_message_bytes: int) -> None:
+    """ValueError for store options out of range (shared by every store implementation)."""
+    if durability not in ("fsync", "flush"):
+        raise ValueError(f"durability must be 'fsync' or 'flush', not {durability!r}")
+    if lock_timeout is not None and lock_timeout < 0:
+        raise ValueError("lock_timeout must be >= 0 or None")
+    if max_message_bytes <= 0:
+        raise ValueError("max_message_bytes must be positive")
+
+
+@dataclass
+class Root:
+    """One store directory and its options, shared by every part of a store."""
+
+    path: str
+    durable: bool
+    lock_timeout: float | None
+    clock: Callable[[], int]
+    max_message_bytes: int
+    _files: dict[str, SessionFiles] = field(default_factory=dict, repr=False)
+
+    def files(self, key: str) -> SessionFiles:
+        """The files of ``key`` (cached). Raises :class:`InvalidSessionKeyError`."""
+        try:
+            found = self._files.get(key)
+        except TypeError:  # an unhashable non-str key: SessionFiles.of raises InvalidSessionKeyError
+            found = None
+        if found is None:
+            found = SessionFiles.of(self.path, key)
+            if len(self._files) > _MAX_CACHED_FILES:
+                self._files.clear()
+            self._files[key] = found
+        return found
+
+
+def acquire(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> SessionGuard:
+    """Take the session's guard (reentrant in a thread) and, when this took it first,
+    complete what a dead writer left. Raises :class:`LockTimeoutError`."""
+    wait = root.lock_timeout if timeout is False else timeout
+    while True:
+        guard = REGISTRY.get(files.lock)
+        try:
+            first = guard.acquire(wait, files.key)
+        except GuardClosed:
+            continue
+        if first and (guard.record is not None or guard.seq & 1):
+            try:
+                recover(guard, files)
+            except BaseException:
+                guard.release()
+                raise
+        return guard
+
+
+def recover(guard: SessionGuard, files: SessionFiles) -> None:
+    """Complete (roll forward) a committed record, or drop a torn one with its temp files;
+    make an odd counter even. Always durable: it runs after a crash. Raises
+    :class:`CorruptControlError` for a committed record this version does not know."""
+    raw = guard.record
+    if raw is not None:
+        record = parse_record(raw, path=files.lock, key=files.key)
+        if record is None:
+            log.warning("dropping an uncommitted roll-forward record of session %r", files.key)
+            for temp in files.temps:
+                unlink_quietly(temp)
+        else:
+            log.info("completing an interrupted %s of session %r", record.op, files.key)
+            record.apply(guard, files, durable=True)
+        guard.clear_record(durable=True)
+    if guard.seq & 1:
+        guard.end_in_place()
+
+
+def try_recover(root: Root, files: SessionFiles) -> None:
+    """Take the guard for a moment if it is free (which runs recovery); never waits, never raises."""
+    with contextlib.suppress(SessionStoreError, OSError):
+        acquire(root, files, timeout=0).release()
+
+
+@contextlib.contextmanager
+def mutate(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> Iterator[Tx]:
+    """Hold the session's guard for the block and give a :class:`Tx` to mutate it with."""
+    guard = acquire(root, files, timeout)
+    tx = Tx(root, files, guard)
+    try:
+        yield tx
+    finally:
+        try:
+            tx.close()
+        finally:
+            guard.release()
+
+
+class Tx:
+    """One session's mutation in progress (use through :func:`mutate`)."""
+
+    def __init__(self, root: Root, files: SessionFiles, guard: SessionGuard) -> None:
+        self.root = root
+        self.files = files
+        self.guard = guard
+        self.durable = root.durable
+        self.fd = -1
+        self.st: os.stat_result | None = None
+        self._tail: Tail | None = None
+
+    # -- the transcript ----------------------------------------------------------------
+    def open(self) -> bool:
+        """Open the transcript for writing (once); False when the session does not exist.
+        :class:`UnsafePathError` for a symlink or a non-regular file."""
+        if self.fd == -1:
+            opened = self.files.open_transcript_for_write()
+            if opened is None:
+                return False
+            self.fd, self.st = opened
+            self._tail = None
+        return True
+
+    def close(self) -> None:
+        if self.fd != -1:
+            fd, self.fd, self.st, self._tail = self.fd, -1, None, None
+            _platform.close(fd)
+
+    @property
+    def size(self) -> int:
+        assert self.st is not None, "open() first"
+        return self.st.st_size
+
+    def tail(self) -> Tail:
+        """The end of the open transcript as it was opened. O(last line)."""
+        if self._tail is None:
+            self._tail = read_tail(self.fd, self.size)
+        return self._tail
+
+    def read_all(self) -> bytes:
+        """Every byte of the open transcript. O(transcript)."""
+        return _platform.pread(self.fd, self.size, 0)
+
+    def known_count(self) -> int | None:
+        """The complete lines of the transcript as opened, if the count cache vouches for
+        it (same inode, size, mtime and counter); None otherwise. O(1)."""
+        cache = self.guard.count
+        return cache.lines if cache is not None and self.st is not None and cache.matches(self.st, self.guard.seq) \
+            else None
+
+    def note_count(self, lines: int | None) -> None:
+        """Keep the count cache current: the transcript now holds ``lines`` complete lines
+        (stat'ed now). Nothing when unknown: the cache no longer matches, and the next
+        reader rebuilds it. A cache: a failure to write it is ignored."""
+        if lines is None:
+            return
+        with contextlib.suppress(OSError):
+            st = _platform.fstat(self.fd) if self.fd != -1 else os.lstat(self.files.transcript)
+            self.guard.write_count(st, lines)
+
+    # -- journaled steps -----------------------------------------------------------------
+    def journaled(self, record: Record) -> None:
+        """Commit ``record`` and complete it; past the commit, a failure settles."""
+        self.guard.write_record(record, self.durable)
+        try:
+            record.apply(self.guard, self.files, durable=self.durable)
+            self.guard.clear_record(self.durable)
+        except BaseException:
+            self.settle()
+            raise
+
+    def settle(self) -> None:
+        """After a failure past a commit point: complete the mutation now if possible, else
+        leave it to the next guard holder."""
+        with contextlib.suppress(OSError):
+            recover(self.guard, self.files)
+
+    # -- primitives ----------------------------------------------------------------------
+    def append(self, data: bytes, lines: int) -> None:
+        """Write ``data`` (``lines`` complete lines) after the committed bytes of the open
+        transcript. One line is atomic by the torn-tail rule; a batch commits an
+        :class:`AppendBatch` record first. Rolled back on error."""
+        tail = self.tail()
+        before = self.known_count()
+        batch = lines > 1
+        if batch:
+            self.guard.write_record(AppendBatch(tail.committed, tail.committed + len(data)), self.durable)
+        in_place_now = tail.torn or batch
+        if in_place_now:
+            self.guard.begin_in_place()
+            if tail.torn:
+                _platform.truncate(self.fd, tail.committed)
+        try:
+            _platform.write(self.fd, data)
+            if self.durable:
+                _platform.fsync(self.fd)
+        except BaseException:
+            # Not acknowledged, so it must not appear later (a retry would duplicate it).
+            in_place_now = True
+            with contextlib.suppress(OSError):
+                self.guard.begin_in_place()
+            with contextlib.suppress(OSError):  # even if the counter could not be marked
+                _platform.truncate(self.fd, tail.committed)
+            raise
+        finally:
+            # Failing to finish the bookkeeping must not report a committed append as
+            # failed (a retry would duplicate it): the next guard holder completes it.
+            if in_place_now:
+                try:
+                    self.guard.end_in_place()
+                    if batch:
+                        self.guard.clear_record(self.durable)
+                except OSError:
+                    pass
+        self._tail = None
+        self.note_count(None if before is None else before + lines)
+
+    def truncate_to(self, at: int, removed: int, *, remaining: int | None = None) -> None:
+        """Cut the open transcript at ``at`` (a line boundary), removing ``removed``
+        complete lines (``remaining``: the lines left, when the caller knows). One
+        ``ftruncate``, counter odd around it. O(1)."""
+        before = self.known_count()
+        cut(self.guard, self.fd, at, durable=self.durable)
+        self._tail = None
+        if remaining is None and before is not None:
+            remaining = before - removed
+        self.note_count(remaining)
+
+    def rewrite_tail(self, at: int, line: bytes) -> None:
+        """Replace the open transcript's bytes from ``at`` (the last line's start) with
+        ``line`` (one line with its newline), through a :class:`TailRewrite` record."""
+        before = self.known_count()
+        self.journaled(TailRewrite(at, line))
+        self._tail = None
+        self.note_count(before)
+
+    def install(self, chunks: Iterable[bytes]) -> None:
+        """Replace (or create) the transcript with whole-line ``chunks`` (streamed in ~1 MiB
+        writes): temp file, fsync, rename (counter odd), directory fsync; count follows."""
+        lines = 0
+
+        def counted() -> Iterator[bytes]:
+            nonlocal lines
+            for chunk in chunks:
+                lines += chunk.count(b"\n")
+                yield chunk
+
+        self.close()
+        write_temp(self.files.tmp_transcript, counted(), self.durable)
+        try:
+            rename_over(self.guard, self.files.tmp_transcript, self.files.transcript)
+        except BaseException:
+            unlink_quietly(self.files.tmp_transcript)
+            raise
+        if self.durable:
+            _platform.fsync_dir(self.root.path)
+        self.note_count(lines)
+
+    def create(self, chunks: Iterable[bytes], meta: dict[str, Any]) -> None:
+        """Create the session: sidecar ``meta`` first (so its key is on disk before the
+        transcript exists), then the transcript as :meth:`install`. On error nothing that
+        looks like a session remains. Called when the transcript does not exist."""
+        self.write_sidecar(meta, touch=False)
+        try:
+            self.install(chunks)
+        except BaseException:
+            # The rename may already have happened (the directory fsync failed): take the
+            # transcript away again; drop the sidecar only once no transcript is left.
+            unlink_quietly(self.files.transcript)
+            if not os.path.lexists(self.files.transcript):
+                unlink_quietly(self.files.sidecar)
+            raise
+
+    def move_together(self, lines: list[bytes], meta: dict[str, Any]) -> None:
+        """Replace transcript and sidecar as one crash-atomic unit: both temp files written
+        and fsynced (directory too), a :class:`Moves` record committed, both renamed."""
+        files = self.files
+        self.close()
+        write_temp(files.tmp_transcript, lines, self.durable)
+        try:
+            write_temp(files.tmp_sidecar, [sidecar.encode(meta)], self.durable)
+            if self.durable:
+                _platform.fsync_dir(self.root.path)
+            record = Moves(((os.path.basename(files.tmp_sidecar), os.path.basename(files.sidecar)),
+                            (os.path.basename(files.tmp_transcript), os.path.basename(files.transcript))))
+            self.guard.write_record(record, self.durable)
+        except BaseException:
+            for temp in files.temps:
+                unlink_quietly(temp)
+            with contextlib.suppress(OSError):
+                self.guard.clear_record(self.durable)
+            raise
+        try:
+            record.apply(self.guard, files, durable=self.durable)
+            self.guard.clear_record(self.durable)
+        except BaseException:
+            self.settle()
+            raise
+        self.note_count(len(lines))
+
+    def write_sidecar(self, meta: dict[str, Any], *, touch: bool = True) -> None:
+        """Replace the sidecar with ``meta`` (``touch``: stamping ``updated_at`` now): temp,
+        fsync, rename, directory fsync."""
+        if touch:
+            meta["updated_at"] = self.root.clock()
+        atomic_write(self.files.sidecar, self.files.tmp_sidecar, [sidecar.encode(meta)], durable=self.durable,
+                     directory=self.root.path)
+
+    def read_sidecar(self) -> dict[str, Any]:
+        """The sidecar, or a new one when there is none. :class:`CorruptMetadataError`."""
+        meta = self.files.read_sidecar()
+        return meta if meta is not None else sidecar.new_sidecar(self.files.key, self.root.clock())
+
+    def delete(self) -> None:
+        """Unlink the transcript first (the session is gone), then the sidecar and temp
+        files; directory fsync. A crash half-way leaves a sidecar, which is not a session."""
+        self.close()
+        if self.guard.count is not None:
+            self.guard.drop_count()
+        for path in (self.files.transcript, self.files.sidecar):
+            with contextlib.suppress(FileNotFoundError):
+                _platform.unlink(path)
+        for temp in self.files.temps:
+            unlink_quietly(temp)
+        if self.durable:
+            _platform.fsync_dir(self.root.path)
+
+
+__all__ = ["DEFAULT", "Durability", "Root", "Tx", "acquire", "check_options", "mutate", "recover", "try_recover"]

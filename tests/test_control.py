@@ -1,0 +1,59 @@
+"""The control file's roll-forward records: typed, validated, and a damaged or unknown
+committed record is reported against the control file at the record's own offset."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from jsonl_sessions import SessionStore
+from jsonl_sessions.control import RECORD_OFFSET, AppendBatch, Moves, TailRewrite, encode_record, parse_record
+from jsonl_sessions.errors import CorruptControlError, CorruptTranscriptError
+
+
+def _plant(store: SessionStore, key: str, record: bytes) -> tuple[pathlib.Path, bytes]:
+    lock = pathlib.Path(store.root) / f"{key}.lock"
+    raw = lock.read_bytes()
+    lock.write_bytes(raw[:RECORD_OFFSET].ljust(RECORD_OFFSET, b"\0") + record)
+    return lock, (pathlib.Path(store.root) / f"{key}.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("record", [
+    b'{"op":"bogus"}\n',
+    b'{"op":"tail","at":"three","line":"x"}\n',
+    b'{"op":"append","at":-1,"end":4}\n',
+    b'{"op":"moves","moves":[["../escape","k.jsonl"]]}\n',
+])
+def test_an_unknown_or_damaged_committed_record_names_the_control_file_and_its_offset(
+        tmp_path: pathlib.Path, record: bytes) -> None:
+    store = SessionStore(tmp_path / "s", durability="flush")
+    store.append_many("k", [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    lock, before = _plant(store, "k", record)
+    with pytest.raises(CorruptControlError) as info:
+        store.append("k", {"role": "user", "content": "c"})
+    assert isinstance(info.value, CorruptTranscriptError)  # what callers caught before
+    assert info.value.path == str(lock) and info.value.offset == RECORD_OFFSET and info.value.key == "k"
+    assert "control file" in str(info.value)
+    assert (tmp_path / "s" / "k.jsonl").read_bytes() == before  # nothing changed
+    assert [m.content for m in store.load("k")] == ["a", "b"]  # readers still read
+
+
+def test_a_torn_record_was_never_committed_and_is_dropped(tmp_path: pathlib.Path) -> None:
+    store = SessionStore(tmp_path / "s", durability="flush")
+    store.append("k", {"role": "user", "content": "a"})
+    lock, _before = _plant(store, "k", b'{"op":"tail","at":0,"li')
+    store.append("k", {"role": "user", "content": "b"})
+    assert [m.content for m in store.load("k")] == ["a", "b"]
+    assert len(lock.read_bytes()) == RECORD_OFFSET  # the record is gone
+
+
+@pytest.mark.parametrize("record", [
+    AppendBatch(10, 250), TailRewrite(7, '{"id":"x","role":"user"}\n'.encode()),
+    Moves(((".k.meta.json.tmp", "k.meta.json"), (".k.jsonl.tmp", "k.jsonl"))),
+])
+def test_records_round_trip_through_their_bytes(record: AppendBatch | TailRewrite | Moves) -> None:
+    raw = encode_record(record)
+    assert raw.endswith(b"\n") and raw.startswith(b'{"op":"' + record.op.encode() + b'"')
+    assert parse_record(raw) == record
+    assert parse_record(raw[:-1]) is None  # no final newline: never committed
