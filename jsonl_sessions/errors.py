@@ -178,7 +178,6 @@ class LockTimeoutError(SessionStoreError, TimeoutError):
 
 
 __all__ = [
-    "CorruptControlError",
     "CorruptMetadataError",
     "CorruptTranscriptError",
     "DuplicateMessageError",

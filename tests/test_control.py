@@ -49,7 +49,7 @@ def test_a_torn_record_was_never_committed_and_is_dropped(tmp_path: pathlib.Path
 
 
 @pytest.mark.parametrize("record", [
-    AppendBatch(10, 250), TailRewrite(7, '{"id":"x","role":"user"}\n'.encode()),
+    AppendBatch(10, 250), TailRewrite(7, b'{"id":"x","role":"user"}\n'),
     Moves(((".k.meta.json.tmp", "k.meta.json"), (".k.jsonl.tmp", "k.jsonl"))),
 ])
 def test_records_round_trip_through_their_bytes(record: AppendBatch | TailRewrite | Moves) -> None:
