@@ -14,9 +14,9 @@ subprocesses whose ``SessionStore`` is swapped for a :class:`SqliteSessionStore`
   only ever sees states the writer had, in its order.
 
 No fault loop through the ``_platform`` seam here: SQLite does its I/O through its own
-VFS in C, which that seam does not see. What stands in for it: SIGKILL trials (a kill
-lands anywhere in SQLite's write path, including inside a commit), and SQLite's own
-I/O-error testing of its WAL and journal code.
+VFS in C, which that seam does not see. What stands in for it: these SIGKILL trials (a
+kill lands anywhere in SQLite's write path, including inside a commit) and the kernel's
+own write failures in tests/test_sqlite_faults.py.
 """
 
 from __future__ import annotations

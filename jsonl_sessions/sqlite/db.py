@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import threading
@@ -38,6 +39,7 @@ class _Local(threading.local):
     conn: sqlite3.Connection | None = None
     pid: int = 0
     depth: int = 0  # open write transaction + savepoints on this thread
+    aborted: OSError | None = None  # SQLite rolled the open transaction back (an I/O error inside it)
     reading: int = 0
 
 
@@ -46,6 +48,30 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
     if code is not None:
         return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
     return "locked" in str(exc) or "busy" in str(exc)
+
+
+#: SQLite result codes that are the file system's failures, as the errno they stand for.
+_OS_ERRORS = {13: (errno.ENOSPC, "database or disk is full"), 10: (errno.EIO, "disk I/O error"),
+              8: (errno.EROFS, "attempt to write a readonly database"), 14: (errno.EACCES, "unable to open database")}
+
+
+def os_error(exc: BaseException) -> OSError | None:
+    """The :class:`OSError` a SQLite error stands for (disk full, I/O error, read-only
+    file, cannot open), so that callers catch file-system failures as with the JSONL
+    backend; None for any other exception."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        found = _OS_ERRORS.get(code & 0xFF)
+    else:  # Python < 3.11: by the message
+        found = next((v for v in _OS_ERRORS.values() if v[1] in str(exc)), None)
+    return None if found is None else OSError(found[0], f"{exc} (SQLite)")
+
+
+def _aborted(cause: OSError) -> OSError:
+    return OSError(cause.errno, f"{cause.strerror or cause}: SQLite rolled back the whole transaction of this "
+                   "lock() block; nothing done inside it was committed")
 
 
 class Database:
@@ -131,14 +157,23 @@ class Database:
         if local.reading:
             raise RuntimeError("a write cannot start inside a read of the same thread")
         if local.depth:
+            if local.aborted is not None:
+                raise _aborted(local.aborted)
             name = f"sp{local.depth}"
             conn.execute(f"SAVEPOINT {name}")
             local.depth += 1
             try:
                 yield conn
-            except BaseException:
-                conn.execute(f"ROLLBACK TO {name}")
-                conn.execute(f"RELEASE {name}")
+            except BaseException as exc:
+                mapped = os_error(exc)
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute(f"ROLLBACK TO {name}")
+                        conn.execute(f"RELEASE {name}")
+                elif local.aborted is None:  # an I/O error rolled the whole transaction back
+                    local.aborted = mapped or OSError(errno.EIO, str(exc))
+                if mapped is not None:
+                    raise mapped from exc
                 raise
             else:
                 conn.execute(f"RELEASE {name}")
@@ -146,22 +181,32 @@ class Database:
                 local.depth -= 1
             return
         self._begin(conn, key)
-        local.depth = 1
+        local.depth, local.aborted = 1, None
         try:
-            yield conn
-        except BaseException:
-            if keep_on_error:
-                self._commit(conn)
-            else:
-                conn.rollback()
-            raise
-        else:
+            try:
+                yield conn
+            except BaseException:
+                if keep_on_error and conn.in_transaction and local.aborted is None:
+                    self._commit(conn)
+                elif conn.in_transaction:
+                    conn.rollback()
+                raise
+            if local.aborted is not None:  # what the block's calls did was lost with it: say so
+                if conn.in_transaction:
+                    conn.rollback()
+                raise _aborted(local.aborted)
             self._commit(conn)
+        except sqlite3.Error as exc:
+            mapped = os_error(exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
         finally:
-            local.depth = 0
+            local.depth, local.aborted = 0, None
 
     @staticmethod
     def _commit(conn: sqlite3.Connection) -> None:
+        """COMMIT; on failure (the transaction is rolled back) the error is raised."""
         try:
             conn.execute("COMMIT")
         except BaseException:
@@ -182,6 +227,11 @@ class Database:
         local.reading = 1
         try:
             yield conn
+        except sqlite3.Error as exc:
+            mapped = os_error(exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
         finally:
             local.reading = 0
             with contextlib.suppress(sqlite3.Error):

@@ -53,6 +53,8 @@ class SqliteSessionStore(HistoryMethods, MetadataMethods):
       :class:`CorruptTranscriptError` (line and byte offset as in the export). Nothing is
       deleted silently (``compact(repair=True)`` keeps what it drops in a quarantine
       table). :meth:`verify` checks the file.
+    - File-system failures raise :class:`OSError` (disk full: ``ENOSPC``; I/O error:
+      ``EIO``; read-only: ``EROFS``), with nothing changed.
     """
 
     def verify(self) -> VerifyReport:
