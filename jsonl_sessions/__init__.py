@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .aio import AsyncSessionStore
 from .errors import (
+    CorruptControlError,
     CorruptMetadataError,
     CorruptTranscriptError,
     DuplicateMessageError,
@@ -39,6 +40,7 @@ __all__ = [
     "AsyncSessionBackend",
     "AsyncSessionStore",
     "ChatMessage",
+    "CorruptControlError",
     "CorruptMetadataError",
     "CorruptTranscriptError",
     "DuplicateMessageError",

@@ -178,6 +178,7 @@ class LockTimeoutError(SessionStoreError, TimeoutError):
 
 
 __all__ = [
+    "CorruptControlError",
     "CorruptMetadataError",
     "CorruptTranscriptError",
     "DuplicateMessageError",
