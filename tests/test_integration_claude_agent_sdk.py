@@ -56,7 +56,7 @@ from jsonl_sessions.foreign.claude_sessions import SUMMARY_CONTEXT
 from jsonl_sessions.integrations import claude_agent_sdk
 from jsonl_sessions.integrations.claude_agent_sdk import JsonlSessionStore
 
-SOAK = os.environ.get("JSONL_SESSIONS_SOAK") == "1"
+SOAK = os.environ.get("JSONL_SESSIONS_SOAK") == "1"  # more SIGKILL trials, more model examples
 KEY: Any = {"project_key": "proj", "session_id": "0b1f7f3e-8a7a-4c1e-9d2b-2f6f0f6c1a11"}
 
 
@@ -436,7 +436,7 @@ def crash_worker(root: str) -> None:
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
-@pytest.mark.parametrize("trial", range(2))
+@pytest.mark.parametrize("trial", range(10 if SOAK else 2))
 def test_sigkill_while_appending_loses_no_acknowledged_entry(tmp_path: pathlib.Path, trial: int) -> None:
     root = str(tmp_path / "store")
     rng = random.Random(trial)
@@ -482,7 +482,7 @@ def writer_worker(root: str, writer: int, batches: int, go: str) -> None:
 
 def test_processes_appending_to_one_session_lose_and_duplicate_nothing(tmp_path: pathlib.Path) -> None:
     root, go = str(tmp_path / "store"), str(tmp_path / "go")
-    writers, batches = 3, 10
+    writers, batches = 2, 10
     procs = [subprocess.Popen([sys.executable, __file__, "writer", root, str(w), str(batches), go],
                               stdout=subprocess.PIPE, text=True, env=child_env()) for w in range(writers)]
     pathlib.Path(go).touch()

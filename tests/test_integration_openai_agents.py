@@ -54,6 +54,7 @@ from jsonl_sessions.integrations import openai_agents
 from jsonl_sessions.integrations.openai_agents import JsonlSession, item_to_message, message_to_item
 
 KEY = "conv"
+SOAK = os.environ.get("JSONL_SESSIONS_SOAK") == "1"  # more SIGKILL trials
 
 
 def run(coro: Any) -> Any:
@@ -638,7 +639,7 @@ def worker(root: str) -> None:
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
-@pytest.mark.parametrize("trial", range(2))
+@pytest.mark.parametrize("trial", range(10 if SOAK else 1))
 def test_sigkill_while_adding_loses_no_acknowledged_item(tmp_path: pathlib.Path, trial: int) -> None:
     root = str(tmp_path / "store")
     rng = random.Random(trial)
