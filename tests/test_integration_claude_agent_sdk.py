@@ -122,13 +122,9 @@ def test_sdk_conformance_suite_passes_on_a_shared_async_store(tmp_path: pathlib.
 
 
 def test_sdk_conformance_suite_passes_on_another_backend() -> None:
-    from jsonl_sessions.testing import MemorySessionStore  # the whole store API, in memory
+    from jsonl_sessions.testing import MemorySessionStore  # the whole backend contract, in memory
 
-    class Memory(MemorySessionStore):
-        def close(self) -> None:  # the one method of the backend contract it lacks
-            pass
-
-    run(run_session_store_conformance(lambda: JsonlSessionStore(Memory())))
+    run(run_session_store_conformance(lambda: JsonlSessionStore(MemorySessionStore())))
 
 
 # -- mapping -------------------------------------------------------------------------------------------
