@@ -65,7 +65,7 @@ HAS_FORK = hasattr(os, "fork") and hasattr(signal, "SIGKILL")
 # -- the state machine (SessionStore's own configurations: test_state_machine.py) -----------
 MACHINES: dict[str, tuple[Callable[..., Any], bool, int]] = {
     # name: (factory, manual clock, examples)
-    "MemorySessionStore-manual-clock": (lambda p, c: MemorySessionStore(p, clock=c), True, 50),
+    "MemorySessionStore-manual-clock": (lambda p, c: MemorySessionStore(p, clock=c), True, 35),
     "MemorySessionStore-wall-clock": (lambda p: MemorySessionStore(p), False, 15),
 }
 

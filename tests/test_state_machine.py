@@ -33,10 +33,10 @@ START_MS = 1_700_000_000_000
 
 #: name: (factory, clock: "manual" / "wall" / "frozen", examples)
 CONFIGURATIONS: dict[str, tuple[Callable[..., Any], str, int]] = {
-    "fsync-manual-clock": (lambda p, c: SessionStore(p, durability="fsync", clock=c), "manual", 45),
-    "flush-manual-clock": (lambda p, c: SessionStore(p, durability="flush", clock=c), "manual", 60),
-    "fsync-wall-clock": (lambda p: SessionStore(p, durability="fsync"), "wall", 20),
-    "flush-frozen-clock": (lambda p, c: SessionStore(p, durability="flush", clock=c), "frozen", 25),
+    "fsync-manual-clock": (lambda p, c: SessionStore(p, durability="fsync", clock=c), "manual", 30),
+    "flush-manual-clock": (lambda p, c: SessionStore(p, durability="flush", clock=c), "manual", 50),
+    "fsync-wall-clock": (lambda p: SessionStore(p, durability="fsync"), "wall", 15),
+    "flush-frozen-clock": (lambda p, c: SessionStore(p, durability="flush", clock=c), "frozen", 20),
 }
 
 

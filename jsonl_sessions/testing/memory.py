@@ -38,6 +38,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from .. import codec, ids
+from ..assign import assign_ids
 from ..errors import InvalidMessageError, LockTimeoutError
 from ..keys import validate_key
 from ..metadata import check_number, check_text
@@ -54,7 +55,7 @@ from ..types import (
     TimestampedMessage,
     as_message,
 )
-from .reference import EPOCH, STATES, ReferenceStore, SessionModel, assign_ids
+from .reference import EPOCH, STATES, ReferenceStore, SessionModel
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -146,14 +147,15 @@ class MemorySessionStore:
     # -- ids and encoding -------------------------------------------------------------
     def _stored(self, key: str, messages: list[ChatMessage], previous: str | None,
                 existing: Iterable[str] = ()) -> list[ChatMessage]:
-        """``messages`` with ids and times (see :func:`assign_ids`), as a JSONL store
-        would read them back. :class:`SerializationError` for content JSON cannot hold,
+        """``messages`` with ids and times given by the store's rules
+        (:func:`jsonl_sessions.assign.assign_ids`), as a JSONL store would read them back.
+        :class:`SerializationError` for content JSON cannot hold,
         :class:`InvalidMessageError` for a line over ``max_message_bytes``."""
         out = []
-        for m in assign_ids(key, messages, previous, self._clock(), existing):
-            line = codec.encode_record(codec.record_of(m, m.id, m.created_at or 0), key)
+        for record in assign_ids(key, messages, previous, self._clock(), frozenset(existing).__contains__):
+            line = codec.encode_record(record, key)
             if len(line) > self._max_message_bytes:
-                raise InvalidMessageError(key=key, message_id=m.id, reason=f"message is {len(line)} bytes, "
+                raise InvalidMessageError(key=key, message_id=record["id"], reason=f"message is {len(line)} bytes, "
                                           f"over max_message_bytes={self._max_message_bytes}")
             out.append(_decoded(line))
         return out

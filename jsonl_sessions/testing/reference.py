@@ -8,8 +8,8 @@ semantics, fork, truncate, run state, attribution and search semantics exist her
 
 The model keeps **decided values**: a write is given messages that already carry their
 id and ``created_at`` and, for a new session, its creation time. A store chooses those
-(by the rules of :func:`assign_ids`); the state machine learns them from the store
-under test, MemorySessionStore from its own clock. The model checks no keys and no
+(by the rules of :func:`jsonl_sessions.assign.assign_ids`); the state machine learns
+them from the store under test, MemorySessionStore from its own clock. The model checks no keys and no
 message encoding (that is each store's job, pinned by the contract mixin); it raises the
 errors that depend on state: :class:`SessionNotFoundError`, :class:`SessionExistsError`,
 :class:`MessageNotFoundError`, and ``ValueError`` for arguments no store accepts.
@@ -26,10 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .. import ids
 from ..errors import (
-    DuplicateMessageError,
-    InvalidMessageError,
     MessageNotFoundError,
     SessionExistsError,
     SessionNotFoundError,
@@ -45,74 +42,6 @@ STATES = ("idle", "running", "error")
 def to_datetime(ms: int) -> datetime:
     """Milliseconds since the epoch as an aware UTC datetime."""
     return EPOCH + timedelta(milliseconds=ms)
-
-
-# -- ids --------------------------------------------------------------------------------
-def assign_ids(key: str, messages: list[ChatMessage], previous: str | None, now: int,
-               existing: Iterable[str] = ()) -> list[ChatMessage]:
-    """``messages`` with the ids and times a store gives them, written after a message
-    whose id is ``previous`` (None: at the start of a transcript), at clock time ``now``.
-
-    A caller's id is kept; it must sort after the id before it. Id-less messages get
-    ULIDs strictly increasing after ``previous`` (monotonic within one millisecond and
-    when the clock stepped back), fitted between the caller ids around them. A missing
-    ``created_at`` becomes ``now``.
-
-    :raises DuplicateMessageError: a caller id already in ``existing`` or in the batch.
-    :raises InvalidMessageError: a caller id not sorting after the one before it, or no
-        id left between two given ones.
-    """
-    seen = set(existing)
-    out: list[ChatMessage] = []
-    prev = previous
-
-    def order_error(mid: str, before: str) -> InvalidMessageError:
-        if mid in seen or any(m.id == mid for m in out):
-            return DuplicateMessageError(key=key, message_id=mid)
-        return InvalidMessageError(key=key, message_id=mid, reason=f"id {mid!r} does not sort after the previous "
-                                   f"id {before!r} (ids in a session must strictly increase)")
-
-    def stamped(m: ChatMessage, mid: str) -> ChatMessage:
-        return m.replace(id=mid, created_at=now if m.created_at is None else m.created_at)
-
-    i, n = 0, len(messages)
-    while i < n:
-        if messages[i].id:
-            mid = messages[i].id
-            if prev is not None and mid <= prev:
-                raise order_error(mid, prev)
-            out.append(stamped(messages[i], mid))
-            prev, i = mid, i + 1
-            continue
-        j = i + 1
-        while j < n and not messages[j].id:
-            j += 1
-        fresh = _fresh_ids(key, prev, messages[j].id if j < n else None, j - i, now, order_error)
-        out += [stamped(m, mid) for m, mid in zip(messages[i:j], fresh)]
-        prev, i = fresh[-1], j
-    return out
-
-
-def _fresh_ids(key: str, prev: str | None, high: str | None, count: int, now: int,
-               order_error: Callable[[str, str], InvalidMessageError]) -> list[str]:
-    """``count`` new ids after ``prev`` (and before ``high``, a caller's id, when given)."""
-    if high is None:
-        out: list[str] = []
-        for _ in range(count):
-            nxt = ids.next_id(prev, now)
-            if nxt is None:
-                raise InvalidMessageError(key=key, reason=f"no ULID sorts after the custom id {prev!r}; "
-                                          "give the message an id explicitly")
-            out.append(nxt)
-            prev = nxt
-        return out
-    if prev is not None and high <= prev:
-        raise order_error(high, prev)
-    got = ids.ids_between(prev, high, count, now)
-    if got is None:
-        raise InvalidMessageError(key=key, reason=f"no id fits between {prev!r} and {high!r}; "
-                                  "give the messages ids explicitly")
-    return got
 
 
 # -- page -------------------------------------------------------------------------------
@@ -508,5 +437,5 @@ class ReferenceStore:
         return found if limit is None else found[:limit]
 
 
-__all__ = ["EPOCH", "STATES", "ReferenceStore", "SessionModel", "assign_ids", "check_page_arguments", "page",
+__all__ = ["EPOCH", "STATES", "ReferenceStore", "SessionModel", "check_page_arguments", "page",
            "texts_of", "to_datetime"]
