@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
@@ -155,6 +155,19 @@ def encode_record(record: Record) -> bytes:
     return orjson.dumps({"op": record.op, **record.fields()}, option=orjson.OPT_APPEND_NEWLINE)
 
 
+def _on_transcript(files: SessionFiles, use: Callable[[int, int], None]) -> None:
+    """``use(fd, size)`` on the transcript opened for writing (closed after); nothing when
+    the session does not exist."""
+    opened = files.open_transcript_for_write()
+    if opened is None:
+        return
+    fd, st = opened
+    try:
+        use(fd, st.st_size)
+    finally:
+        _platform.close(fd)
+
+
 def _int(data: dict[str, Any], name: str) -> int:
     value = data.get(name)
     if type(value) is not int or value < 0:
@@ -181,17 +194,12 @@ class AppendBatch:
         return cls(_int(data, "at"), _int(data, "end"))
 
     def apply(self, guard: Holder, files: SessionFiles, *, durable: bool) -> None:
-        opened = files.open_transcript_for_write()
-        if opened is None:
-            return
-        fd, st = opened
-        try:
-            size = st.st_size
+        def complete(fd: int, size: int) -> None:
             cut_short = self.at <= size < self.end
             if cut_short or (size >= self.end > self.at and _platform.pread(fd, 1, self.end - 1) != b"\n"):
                 cut(guard, fd, self.at, durable=durable)
-        finally:
-            _platform.close(fd)
+
+        _on_transcript(files, complete)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,18 +222,14 @@ class TailRewrite:
         return cls(_int(data, "at"), line.encode("utf-8"))
 
     def apply(self, guard: Holder, files: SessionFiles, *, durable: bool) -> None:
-        opened = files.open_transcript_for_write()
-        if opened is None:
-            return
-        fd, _st = opened
-        try:
+        def complete(fd: int, _size: int) -> None:
             with in_place(guard):
                 _platform.truncate(fd, self.at)
                 _platform.pwrite(fd, self.line, self.at)
                 if durable:
                     _platform.fsync(fd)
-        finally:
-            _platform.close(fd)
+
+        _on_transcript(files, complete)
 
 
 @dataclass(frozen=True, slots=True)

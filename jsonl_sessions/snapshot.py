@@ -67,16 +67,10 @@ def with_transcript(root: Root, files: SessionFiles, read: Callable[[int, int], 
     came from a stable state (one raised while a truncation ran is retried)."""
 
     def attempt(_head: Head) -> tuple[_T | None, Exception | None] | None:
-        opened = files.open_transcript(os.O_RDONLY)
-        if opened is None:
-            return None
-        fd, st = opened
         try:
-            return read(fd, st.st_size), None
+            return _on_transcript(files, lambda fd, st: (read(fd, st.st_size), None))
         except (SessionStoreError, ValueError, LookupError) as exc:
             return None, exc
-        finally:
-            _platform.close(fd)
 
     outcome = consistent(root, files, attempt)
     if outcome is None:
@@ -85,6 +79,18 @@ def with_transcript(root: Root, files: SessionFiles, read: Callable[[int, int], 
     if error is not None:
         raise error
     return result
+
+
+def _on_transcript(files: SessionFiles, use: Callable[[int, os.stat_result], _T]) -> _T | None:
+    """``use(fd, fstat)`` on the transcript opened read-only (closed after); None when missing."""
+    opened = files.open_transcript(os.O_RDONLY)
+    if opened is None:
+        return None
+    fd, st = opened
+    try:
+        return use(fd, st)
+    finally:
+        _platform.close(fd)
 
 
 def read_transcript(root: Root, files: SessionFiles) -> bytes | None:
@@ -101,16 +107,13 @@ def count(root: Root, files: SessionFiles) -> int | None:
 
     def read(head: Head) -> tuple[int, os.stat_result | None] | None:
         seen.append(head.seq)
-        opened = files.open_transcript(os.O_RDONLY)
-        if opened is None:
-            return None
-        fd, st = opened
-        try:
+
+        def lines(fd: int, st: os.stat_result) -> tuple[int, os.stat_result | None]:
             if head.cache is not None and head.cache.matches(st, head.seq):
                 return head.cache.lines, None
             return count_newlines(fd, 0, st.st_size), st
-        finally:
-            _platform.close(fd)
+
+        return _on_transcript(files, lines)
 
     result = consistent(root, files, read)
     if result is None:

@@ -289,38 +289,16 @@ class SessionStore:
         breakpoint: bool = False,
         whole_turns: bool = False,
     ) -> Page:
-        """One page of messages, oldest first, for scrolling through a long session.
+        """One page of messages, oldest first, for scrolling through a long session (the
+        contract: :meth:`jsonl_sessions.protocol.SessionBackend.page`).
 
-        - No cursor: the ``limit`` newest messages. ``before=id``: the ``limit`` newest
-          older than that message. ``after=id``: the ``limit`` oldest newer than it
-          (``after=""``: from the very first message). Not both.
-        - ``ts_before`` (ms): only messages with ``created_at < ts_before`` (a message
-          without one never matches); combines with either cursor. created_at need not
-          increase down the file, so the read skips newer-stamped lines one by one (their
-          time is read off the line's prefix, not parsed): the cost grows with the lines
-          between the start point and the matches.
-        - ``breakpoint=True``: the page is cut so it begins at the newest compaction
-          summary (``kind == "compaction"``) within it: "history since the last compaction".
-        - ``whole_turns=True``: a page that would begin with a tool result (``tool_call_id``
-          in its extras) whose call (a message whose ``tool_calls`` holds an entry with
-          that ``id``) is among the 1024 lines before it is widened back to that call. With
-          ``after``, the page is instead extended at its newer end while the next message
-          is such a tool result, so the next page does not begin with one (the page
-          after an arbitrary cursor may: its call is at or before the cursor).
-
-        ``has_more``: another page exists in the direction of travel (older for no cursor
-        / ``before``, newer for ``after``), under the same filter. ``Page.before``: the
-        oldest id in the page when anything is older (the cursor for the next older page),
-        else None; ``Page.after``: the newest id when anything is newer, else None (with
-        ``after`` travel both follow the filter exactly in the direction of travel; the
-        opposite cursor only says that some line is there). An empty page has both None.
-
-        Raises :class:`SessionNotFoundError` for a missing session,
-        :class:`MessageNotFoundError` for an unknown cursor, ValueError for ``limit < 1``
-        or both cursors. Corrupt lines are skipped (logged). Takes no lock; the page is
-        one consistent state. Cost: O(page) reads and parses from the end, plus
-        O(log n) block reads to find a cursor; never the whole transcript (``ts_before``
-        and a missing tool call aside, as said above)."""
+        Here: ``ts_before`` skips newer-stamped lines one by one (their time read off the
+        line's prefix, not parsed: created_at need not increase down the file);
+        ``whole_turns`` looks for a tool result's call among the 1024 lines before it.
+        Corrupt lines are skipped (logged); they do not count towards ``limit``. Takes no
+        lock; the page is one consistent state. Cost: O(page) reads and parses from the
+        end, plus O(log n) block reads to find a cursor; never the whole transcript
+        (``ts_before`` and a missing tool call aside)."""
         return paging.page(self._root, self._files(key), limit=limit, before=before, after=after, ts_before=ts_before,
                            breakpoint=breakpoint, whole_turns=whole_turns)
 

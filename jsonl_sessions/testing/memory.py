@@ -44,6 +44,7 @@ from ..keys import validate_key
 from ..metadata import check_number, check_text
 from ..protocol import SessionBackend
 from ..store import DEFAULT_MAX_MESSAGE_BYTES
+from ..txn import check_options
 from ..types import (
     ChatMessage,
     Durability,
@@ -81,12 +82,7 @@ class MemorySessionStore:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        if durability not in ("fsync", "flush"):
-            raise ValueError(f"durability must be 'fsync' or 'flush', not {durability!r}")
-        if lock_timeout is not None and lock_timeout < 0:
-            raise ValueError("lock_timeout must be >= 0 or None")
-        if max_message_bytes <= 0:
-            raise ValueError("max_message_bytes must be positive")
+        check_options(durability, lock_timeout, max_message_bytes)
         self._root = None if root is None else os.fspath(root)
         self._durability: Durability = durability
         self._lock_timeout = lock_timeout
