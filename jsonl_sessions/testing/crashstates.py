@@ -78,79 +78,76 @@ class Recorder:
         self.ops.append(Op(len(self.ops), kind, step=self.step, acked=self.acked, **fields))
 
     def __enter__(self) -> Self:
-        real = {name: getattr(_platform, name) for name in self.WRAPPED}
-        self._saved = real
-
-        def open_file(path: str, flags: int, mode: int = 0o600) -> int:
-            inside = self._inside(path)
-            existed = inside and os.path.lexists(path)
-            fd: int = real["open_file"](path, flags, mode)
-            if inside:
-                st = os.fstat(fd)
-                if existed:
-                    file = self.by_inode.get((st.st_dev, st.st_ino))
-                    if file is None:
-                        raise AssertionError(f"{path} was created outside the platform seam while recording")
-                else:
-                    file = len(self.base_content)
-                    self.base_content[file] = b""
-                    self.by_inode[(st.st_dev, st.st_ino)] = file
-                    self._log("create", file=file, name=os.path.basename(path))
-                self.by_fd[fd] = file
-                if flags & os.O_TRUNC and existed:
-                    self._log("truncate", file=file, offset=0)
-            return fd
-
-        def close(fd: int) -> None:
-            self.by_fd.pop(fd, None)
-            real["close"](fd)
-
-        def write(fd: int, data: bytes) -> None:
-            file = self._file_of_fd(fd)
-            if file is not None:
-                at = os.fstat(fd).st_size if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND else os.lseek(
-                    fd, 0, os.SEEK_CUR)
-                self._log("write", file=file, offset=at, data=bytes(data))
-            real["write"](fd, data)
-
-        def pwrite(fd: int, data: bytes, offset: int) -> None:
-            file = self._file_of_fd(fd)
-            if file is not None:
-                self._log("write", file=file, offset=offset, data=bytes(data))
-            real["pwrite"](fd, data, offset)
-
-        def truncate(fd: int, size: int) -> None:
-            file = self._file_of_fd(fd)
-            if file is not None:
-                self._log("truncate", file=file, offset=size)
-            real["truncate"](fd, size)
-
-        def fsync(fd: int) -> None:
-            real["fsync"](fd)
-            file = self._file_of_fd(fd)
-            if file is not None:
-                self._log("fsync", file=file)
-
-        def fsync_dir(path: str) -> None:
-            real["fsync_dir"](path)
-            if os.path.abspath(path) == self.root:
-                self._log("fsync_dir")
-
-        def replace(src: str, dst: str) -> None:
-            real["replace"](src, dst)
-            if self._inside(src) and self._inside(dst):
-                self._log("rename", name=os.path.basename(src), dst=os.path.basename(dst))
-
-        def unlink(path: str) -> None:
-            real["unlink"](path)
-            if self._inside(path):
-                self._log("unlink", name=os.path.basename(path))
-
-        wrappers = {"open_file": open_file, "close": close, "write": write, "pwrite": pwrite, "truncate": truncate,
-                    "fsync": fsync, "fsync_dir": fsync_dir, "replace": replace, "unlink": unlink}
-        for name, fn in wrappers.items():
-            setattr(_platform, name, fn)
+        self._saved = {name: getattr(_platform, name) for name in self.WRAPPED}
+        for name in self.WRAPPED:
+            setattr(_platform, name, getattr(self, f"_{name}"))
         return self
+
+    # -- the wrappers (each calls the real function it replaces) ------------------------
+    def _open_file(self, path: str, flags: int, mode: int = 0o600) -> int:
+        inside = self._inside(path)
+        existed = inside and os.path.lexists(path)
+        fd: int = self._saved["open_file"](path, flags, mode)
+        if inside:
+            st = os.fstat(fd)
+            if existed:
+                file = self.by_inode.get((st.st_dev, st.st_ino))
+                if file is None:
+                    raise AssertionError(f"{path} was created outside the platform seam while recording")
+            else:
+                file = len(self.base_content)
+                self.base_content[file] = b""
+                self.by_inode[(st.st_dev, st.st_ino)] = file
+                self._log("create", file=file, name=os.path.basename(path))
+            self.by_fd[fd] = file
+            if flags & os.O_TRUNC and existed:
+                self._log("truncate", file=file, offset=0)
+        return fd
+
+    def _close(self, fd: int) -> None:
+        self.by_fd.pop(fd, None)
+        self._saved["close"](fd)
+
+    def _write(self, fd: int, data: bytes) -> None:
+        file = self._file_of_fd(fd)
+        if file is not None:
+            appending = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND
+            at = os.fstat(fd).st_size if appending else os.lseek(fd, 0, os.SEEK_CUR)
+            self._log("write", file=file, offset=at, data=bytes(data))
+        self._saved["write"](fd, data)
+
+    def _pwrite(self, fd: int, data: bytes, offset: int) -> None:
+        file = self._file_of_fd(fd)
+        if file is not None:
+            self._log("write", file=file, offset=offset, data=bytes(data))
+        self._saved["pwrite"](fd, data, offset)
+
+    def _truncate(self, fd: int, size: int) -> None:
+        file = self._file_of_fd(fd)
+        if file is not None:
+            self._log("truncate", file=file, offset=size)
+        self._saved["truncate"](fd, size)
+
+    def _fsync(self, fd: int) -> None:
+        self._saved["fsync"](fd)
+        file = self._file_of_fd(fd)
+        if file is not None:
+            self._log("fsync", file=file)
+
+    def _fsync_dir(self, path: str) -> None:
+        self._saved["fsync_dir"](path)
+        if os.path.abspath(path) == self.root:
+            self._log("fsync_dir")
+
+    def _replace(self, src: str, dst: str) -> None:
+        self._saved["replace"](src, dst)
+        if self._inside(src) and self._inside(dst):
+            self._log("rename", name=os.path.basename(src), dst=os.path.basename(dst))
+
+    def _unlink(self, path: str) -> None:
+        self._saved["unlink"](path)
+        if self._inside(path):
+            self._log("unlink", name=os.path.basename(path))
 
     def __exit__(self, *exc: object) -> None:
         for name, fn in self._saved.items():

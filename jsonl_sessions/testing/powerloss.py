@@ -133,19 +133,7 @@ def check_power_loss(
     report = PowerLossReport()
     try:
         root = os.path.join(work, "root")
-        store = factory(root)
-        if setup is not None:
-            setup(store)
-        labels = ["the start"]
-        states = [view(factory(root))]
-        with Recorder(root) as rec:
-            for n, step in enumerate(steps, 1):
-                label, fn = step if isinstance(step, tuple) else (getattr(step, "__name__", f"step {n}"), step)
-                rec.step = n
-                fn(store)
-                rec.step, rec.acked = 0, n
-                labels.append(label)
-                states.append(view(factory(root)))
+        rec, labels, states = _record(factory, root, steps, setup, view)
         timeline = Timeline(rec)
         ops = rec.ops
         report.ops = len(ops)
@@ -160,12 +148,11 @@ def check_power_loss(
                 if digest not in recovered:
                     recovered[digest] = _recover(factory, keys, view, files, work, len(recovered))
                     report.states_checked += 1
-                got = recovered[digest]
                 for acked, in_flight in _moments(ops, k, len(steps)):
                     allowed = {states[acked]: "the acknowledged state"}
                     if in_flight:
                         allowed.setdefault(states[in_flight], "the acknowledged state plus the in-flight mutation")
-                    outcome = got.judge(allowed, intended)
+                    outcome = recovered[digest].judge(allowed, intended)
                     if outcome.startswith("VIOLATION"):
                         when = (f"during {labels[in_flight]!r}" if in_flight else f"after {labels[acked]!r}")
                         last = _describe(ops[k - 1]) if k else "nothing"
@@ -180,6 +167,26 @@ def check_power_loss(
         raise AssertionError(f"{len(report.violations)} simulated power losses (of {report.states_checked} distinct "
                              f"crash states) break the guarantees; the first ones:\n\n{shown}")
     return report
+
+
+def _record(factory: Callable[[str], Any], root: str, steps: Sequence[Step], setup: Callable[[Any], None] | None,
+            view: Observer) -> tuple[Recorder, list[str], list[Hashable]]:
+    """Run the workload on ``factory(root)`` while recording; the recorder, each step's
+    label (index 0: the start) and the state a fresh store sees after it."""
+    store = factory(root)
+    if setup is not None:
+        setup(store)
+    labels = ["the start"]
+    states = [view(factory(root))]
+    with Recorder(root) as rec:
+        for n, step in enumerate(steps, 1):
+            label, fn = step if isinstance(step, tuple) else (getattr(step, "__name__", f"step {n}"), step)
+            rec.step = n
+            fn(store)
+            rec.step, rec.acked = 0, n
+            labels.append(label)
+            states.append(view(factory(root)))
+    return rec, labels, states
 
 
 def _moments(ops: list[Op], k: int, steps: int) -> list[tuple[int, int]]:
