@@ -32,6 +32,7 @@ store's ``lock_timeout`` for the guard. A refused call changes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from typing import Protocol, runtime_checkable
 
 from .types import (
@@ -61,6 +62,17 @@ class SessionBackend(Protocol):
         stored data is untouched and every acknowledged write stays durable. Idempotent;
         the store must not be used afterwards. Concrete stores are also context
         managers whose exit calls this."""
+        ...
+
+    def lock(self, key: str) -> AbstractContextManager[object]:
+        """Hold ``key``'s guard for a ``with`` block, so several calls are one unit for
+        every other writer (threads and processes); the store's own methods work inside it
+        (the guard is reentrant in the thread that holds it). A backend may guard more
+        than the one session (a single-file database locks the whole file). Lock-free
+        readers are not blocked. Not in :class:`AsyncSessionBackend`: the guard belongs to
+        the thread that takes it.
+
+        :raises LockTimeoutError: the guard was not acquired within ``lock_timeout``."""
         ...
 
     # -- reading messages ---------------------------------------------------------------
@@ -448,9 +460,9 @@ class AsyncSessionBackend(Protocol):
 
 def backend_methods() -> list[str]:
     """The names of the :class:`SessionBackend` methods that act on stored data, sorted
-    (``close`` and the ``durability`` property excluded): the list the async facade wraps and the
+    (``close``, ``lock`` and the ``durability`` property excluded): the list the async facade wraps and the
     conformance suite covers."""
-    skip = {"close", "durability"}
+    skip = {"close", "durability", "lock"}
     return sorted(
         name
         for name, value in vars(SessionBackend).items()

@@ -4,8 +4,7 @@
 line mapping and the keys) in a store and is what the Claude Agent SDK adapter and the
 ``import --from claude-code`` command run. Every method is blocking.
 
-Guarantees (with :class:`jsonl_sessions.SessionStore`, or any backend that has a
-``lock(key)`` guard like it):
+Guarantees (on any backend):
 
 - :meth:`ClaudeSessions.append` writes the new entries of a batch as one
   ``append_many``: all or none, also after SIGKILL; on stable storage when it returns in
@@ -19,9 +18,8 @@ Guarantees (with :class:`jsonl_sessions.SessionStore`, or any backend that has a
   guard. Its ``mtime`` is the ``created_at`` of the batch's lines, the same clock
   :meth:`ClaudeSessions.list_sessions` reports, so a summary that a crash left behind is
   older than the session and the SDK sees it as stale.
-- A backend without ``lock`` still gets all-or-nothing appends, but two processes
-  sending the same ``uuid`` at the same moment may both write it; :meth:`load` returns
-  the first occurrence only, so readers never see the duplicate.
+- :meth:`load` returns the first occurrence of a ``uuid`` only, so even a transcript
+  written by hand with a repeated ``uuid`` reads without the duplicate.
 
 Costs: ``append`` is O(entries) when this object made the transcript's last change (it
 keeps the uuids of the transcripts it appended to, checked against the session's message
@@ -31,7 +29,6 @@ transcript's uuids again. ``load`` is O(session); the listings are O(sessions in
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,7 +40,7 @@ from ..protocol import SessionBackend
 from ..types import ChatMessage
 from .claude_code import DEFAULT_PREFIX, ClaudeKey, entry_to_message, message_to_entry, project_prefix
 
-__all__ = ["SUMMARY_CONTEXT", "ClaudeSessions", "Fold", "guard"]
+__all__ = ["SUMMARY_CONTEXT", "ClaudeSessions", "Fold"]
 
 #: The sidecar context entry holding a session's summary (JSON text).
 SUMMARY_CONTEXT = "claude_agent_sdk.summary"
@@ -66,9 +63,7 @@ class ClaudeSessions:
         self.prefix = prefix
         self._fold = fold
         # The uuids of the transcripts this object appended to, valid while the session's
-        # look (count, size, newest id) is the one after that append. Only with a guard:
-        # without one, another writer may come between the look and the append.
-        self._guarded = callable(getattr(store, "lock", None))
+        # look (count, size, newest id) is the one after that append (read under the guard).
         self._known: dict[str, _Known] = {}
 
     # -- writing ----------------------------------------------------------------------
@@ -84,7 +79,7 @@ class ClaudeSessions:
         if not entries:
             return 0
         store_key = key.store_key(self.prefix)
-        with guard(self.store, store_key):
+        with self.store.lock(store_key):
             look = self._look(store_key)
             known = self._known.pop(store_key, None)
             if known is None or look is None or known.look != look[:3]:
@@ -98,7 +93,7 @@ class ClaudeSessions:
                 if key.subpath is None and self._fold is not None:
                     self._write_summary(key, store_key, fresh, newest, stamp)
                 look = self._look(store_key)
-            if self._guarded and look is not None:
+            if look is not None:
                 if len(self._known) >= _KNOWN_SESSIONS:
                     self._known.clear()
                 self._known[store_key] = _Known(look[:3], known.uuids)
@@ -207,13 +202,6 @@ class ClaudeSessions:
                 key = ClaudeKey.parse(store_key, self.prefix)
                 if key is not None and key.project_key == project_key:
                     yield key
-
-
-def guard(store: SessionBackend, key: str) -> contextlib.AbstractContextManager[Any]:
-    """The session's guard when the backend has one (``lock(key)``), to make a read and a
-    write one step for every writer; otherwise a no-op."""
-    lock = getattr(store, "lock", None)
-    return lock(key) if callable(lock) else contextlib.nullcontext()
 
 
 def _uuid(entry: Mapping[str, Any]) -> str | None:

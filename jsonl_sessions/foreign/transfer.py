@@ -33,7 +33,7 @@ from ..errors import SessionExistsError, SessionNotFoundError
 from ..protocol import SessionBackend
 from ..types import ChatMessage
 from .claude_code import DEFAULT_PREFIX, ClaudeKey, message_to_entry
-from .claude_sessions import ClaudeSessions, guard
+from .claude_sessions import ClaudeSessions
 from .codex import read_rollout
 from .files import read_json_object, read_jsonl
 from .responses import ITEM_FIELD, message_to_item
@@ -212,7 +212,7 @@ def import_codex(store: SessionBackend, path: str | os.PathLike[str], *, append:
     key = prefix + (rollout.session_id or Path(path).name.removesuffix(".jsonl"))
     if not rollout.messages:
         raise ValueError(f"{os.fspath(path)} holds no Codex conversation item")
-    with guard(store, key):
+    with store.lock(key):
         if store.session_exists(key) and not append:
             raise SessionExistsError(f"session {key!r} already exists (append to add to it)", key=key)
         store.append_many(key, rollout.messages)
