@@ -41,17 +41,32 @@ def fstat(fd: int) -> os.stat_result:
     return os.fstat(fd)
 
 
+def lstat(path: str) -> os.stat_result:
+    """Stat ``path`` itself (a symlink is not followed)."""
+    return os.lstat(path)
+
+
+#: The most one read(2) returns on Linux (``MAX_RW_COUNT``; macOS caps at ``INT_MAX``): a
+#: shorter read of a regular file ends at its end of file, a read this long may not.
+_MAX_ONE_READ = 0x7FFFF000
+
+
 def pread(fd: int, size: int, offset: int) -> bytes:
-    """Read up to ``size`` bytes at ``offset`` (loops over short reads until EOF)."""
-    chunks = []
-    while size > 0:
-        chunk = os.pread(fd, size, offset)
-        if not chunk:
-            break
-        chunks.append(chunk)
+    """Read up to ``size`` bytes of the regular file ``fd`` at ``offset``: fewer only at its
+    end. One system call, unless the request exceeds what one read returns (then it
+    loops until EOF). Every descriptor the store reads is a regular file (checked at open),
+    where a short read means end of file."""
+    chunk = os.pread(fd, size, offset)
+    if len(chunk) == size or len(chunk) < _MAX_ONE_READ:
+        return chunk
+    chunks = [chunk]
+    while True:
         size -= len(chunk)
         offset += len(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunk = os.pread(fd, size, offset) if size > 0 else b""
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 def write(fd: int, data: bytes) -> None:

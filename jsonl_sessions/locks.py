@@ -12,6 +12,13 @@ processes hold "the" lock at once.
 The lock file is also the session's *control file* (:mod:`jsonl_sessions.control`):
 while held, the guard keeps the counter, the count cache and the roll-forward record it
 read when it was taken, and writes them.
+
+Between mutations a guard may keep the transcript open (a :class:`TranscriptView`: the
+descriptor and what the file looked like when the last mutation ended), so the next
+mutation in this process skips the open and the tail read when one ``lstat`` shows the
+same file (see :meth:`jsonl_sessions.txn.Tx.open`). At most :data:`MAX_VIEWS` are kept
+open in a process; they are closed on delete, on eviction, by ``SessionStore.close()``
+and in a forked child.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import NamedTuple
 
 from . import _platform
 from .control import (
@@ -35,10 +43,38 @@ from .control import (
 )
 from .errors import LockTimeoutError
 from .layout import open_regular
+from .lines import Tail
 
 _MAX_IDLE_GUARDS = 512
 _FIRST_DELAY = 0.0001
 _MAX_DELAY = 0.005
+#: The most transcript descriptors kept open between mutations in one process.
+MAX_VIEWS = 128
+
+
+class TranscriptView(NamedTuple):
+    """A transcript kept open between two mutations: its descriptor (``O_APPEND``), the
+    file as the last mutation left it (device, inode, size, mtime in ns), the control
+    file's counter then, and its tail when known (None: read it again)."""
+
+    fd: int
+    dev: int
+    ino: int
+    size: int
+    mtime: int
+    seq: int
+    tail: Tail | None
+
+    def same_file(self, st: os.stat_result) -> bool:
+        """Whether ``st`` (a stat of the transcript's path) is the file this view holds open."""
+        return st.st_ino == self.ino and st.st_dev == self.dev
+
+    def unchanged(self, st: os.stat_result, seq: int) -> bool:
+        """Whether the file ``st`` describes is still as this view saw it: same file, size,
+        mtime and counter (every rename and in-place rewrite the store makes moves the
+        counter; an append by anyone changes the size)."""
+        return (st.st_size == self.size and st.st_mtime_ns == self.mtime and seq == self.seq
+                and self.same_file(st))
 
 
 class GuardClosed(Exception):
@@ -48,7 +84,7 @@ class GuardClosed(Exception):
 class SessionGuard:
     """The process-wide guard of one session. Use through :meth:`GuardRegistry.get`."""
 
-    __slots__ = ("_depth", "_fd", "_rlock", "closed", "count", "path", "record", "seq")
+    __slots__ = ("_depth", "_fd", "_rlock", "changes", "closed", "count", "path", "record", "seq", "view")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -61,6 +97,10 @@ class SessionGuard:
         self.record: bytes | None = None
         #: The count cache, as read when the guard was taken and kept current since.
         self.count: CountCache | None = None
+        #: The transcript kept open since the last mutation (see :class:`TranscriptView`).
+        self.view: TranscriptView | None = None
+        #: Bumped by every mutation of the transcript made under this guard in this process.
+        self.changes = 0
 
     def acquire(self, timeout: float | None, key: str) -> bool:
         """Take the guard; True when this call took the process lock (depth 0 -> 1), so the
@@ -177,6 +217,38 @@ class SessionGuard:
             _platform.fsync(self._fd)
         self.record = None
 
+    # -- the transcript kept open (only while held) ----------------------------------
+    def take_view(self) -> TranscriptView | None:
+        """Hand the kept transcript to the caller (who then owns its descriptor)."""
+        view, self.view = self.view, None
+        if view is not None:
+            REGISTRY.views_closed(1)
+        return view
+
+    def keep_view(self, view: TranscriptView) -> None:
+        """Keep ``view`` open until the next mutation; its descriptor is closed instead
+        when the process already keeps :data:`MAX_VIEWS` open or the guard is closed."""
+        self.drop_view()
+        if self.closed or not REGISTRY.view_opened():
+            _close_quietly(view.fd)
+            return
+        self.view = view
+
+    def drop_view(self) -> None:
+        """Close the kept transcript, if any."""
+        view = self.take_view()
+        if view is not None:
+            _close_quietly(view.fd)
+
+    def drop_view_if_idle(self) -> None:
+        """Close the kept transcript if no thread holds the guard; never waits."""
+        if self._rlock.acquire(blocking=False):
+            try:
+                if not self._depth:
+                    self.drop_view()
+            finally:
+                self._rlock.release()
+
     def close_if_idle(self) -> bool:
         """Close the guard if no thread holds it (True); never waits."""
         if not self._rlock.acquire(blocking=False):
@@ -190,6 +262,7 @@ class SessionGuard:
             self._rlock.release()
 
     def close(self) -> None:
+        self.drop_view()
         if self._fd != -1:
             try:
                 _platform.close(self._fd)
@@ -206,6 +279,8 @@ class GuardRegistry:
     def __init__(self) -> None:
         self._guards: dict[str, SessionGuard] = {}
         self._lock = threading.Lock()
+        self._views = 0
+        self._views_lock = threading.Lock()
 
     def get(self, path: str) -> SessionGuard:
         guard = self._guards.get(path)
@@ -219,6 +294,25 @@ class GuardRegistry:
                 guard = self._guards[path] = SessionGuard(path)
             return guard
 
+    def view_opened(self) -> bool:
+        """Count one more kept transcript; False (not counted) when :data:`MAX_VIEWS` are."""
+        with self._views_lock:
+            if self._views >= MAX_VIEWS:
+                return False
+            self._views += 1
+            return True
+
+    def views_closed(self, n: int) -> None:
+        with self._views_lock:
+            self._views -= n
+
+    def drop_views(self, paths: list[str]) -> None:
+        """Close the kept transcripts of the guards of ``paths`` that no thread holds."""
+        for path in paths:
+            guard = self._guards.get(path)
+            if guard is not None:
+                guard.drop_view_if_idle()
+
     def _evict_idle(self) -> None:
         for path, guard in list(self._guards.items()):
             if guard.close_if_idle():
@@ -229,8 +323,17 @@ class GuardRegistry:
         old = self._guards
         self._guards = {}
         self._lock = threading.Lock()
+        self._views_lock = threading.Lock()
         for guard in old.values():
             guard.close()
+        self._views = 0
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        _platform.close(fd)
+    except OSError:
+        pass
 
 
 REGISTRY = GuardRegistry()

@@ -118,9 +118,10 @@ class SessionStore:
         return f"{type(self).__name__}({self._root.path!r}, durability={self._durability!r})"
 
     def close(self) -> None:
-        """Release what the store object holds open; stored data is untouched. Idempotent.
-        (Nothing is held between calls today; call it, or use the store as a context
-        manager, anyway.)"""
+        """Release what the store object holds open: the transcripts kept open between
+        mutations of its sessions (those no thread is mutating right now). Stored data is
+        untouched; the store stays usable (it reopens what it needs). Idempotent."""
+        self._root.close_views()
 
     def __enter__(self) -> Self:
         return self

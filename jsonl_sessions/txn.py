@@ -22,7 +22,11 @@ to complete the mutation at once, else the next guard holder does. In ``"fsync"`
 everything a primitive did is on stable storage when it returns (file fsync, directory
 fsync after create / rename / unlink); ``"flush"`` skips every fsync.
 
-The transcript is opened for writing in one place, :meth:`Tx.open`.
+The transcript is opened for writing in one place, :meth:`Tx.open`. The descriptor is
+kept open on the guard after a successful mutation (a
+:class:`~jsonl_sessions.locks.TranscriptView`) and reused by the next one when one
+``lstat`` of the path shows the same inode: a warm append makes no ``open`` and, when
+size, mtime and counter are also as the view left them, no tail read.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,7 +45,7 @@ from .control import AppendBatch, Moves, Record, TailRewrite, cut, parse_record,
 from .errors import SessionStoreError
 from .layout import SessionFiles
 from .lines import Tail, read_tail
-from .locks import REGISTRY, GuardClosed, SessionGuard
+from .locks import REGISTRY, GuardClosed, SessionGuard, TranscriptView
 from .types import Durability
 
 log = logging.getLogger("jsonl_sessions")
@@ -79,9 +84,14 @@ class Root:
         if found is None:
             found = SessionFiles.of(self.path, key)
             if len(self._files) > _MAX_CACHED_FILES:
+                self.close_views()
                 self._files.clear()
             self._files[key] = found
         return found
+
+    def close_views(self) -> None:
+        """Close the transcripts kept open for this store's sessions (those no thread holds)."""
+        REGISTRY.drop_views([files.lock for files in list(self._files.values())])
 
 
 def acquire(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> SessionGuard:
@@ -96,6 +106,7 @@ def acquire(root: Root, files: SessionFiles, timeout: float | None | Literal[Fal
             continue
         if first and (guard.record is not None or guard.seq & 1):
             try:
+                guard.drop_view()
                 recover(guard, files)
             except BaseException:
                 guard.release()
@@ -134,12 +145,14 @@ def mutate(root: Root, files: SessionFiles, timeout: float | None | Literal[Fals
     guard = acquire(root, files, timeout)
     tx = Tx(root, files, guard)
     try:
-        yield tx
-    finally:
         try:
-            tx.close()
-        finally:
-            guard.release()
+            yield tx
+        except BaseException:
+            tx.forget()
+            raise
+        tx.close()
+    finally:
+        guard.release()
 
 
 class Tx:
@@ -151,25 +164,87 @@ class Tx:
         self.guard = guard
         self.durable = root.durable
         self.fd = -1
+        #: The open transcript as last stat'ed (what :attr:`size` and the tail describe).
         self.st: os.stat_result | None = None
         self._tail: Tail | None = None
+        #: ``guard.changes`` when this Tx last knew the file (at open, after its own changes):
+        #: a mutation nested in this one's block moves it, and the tail is then read again.
+        self._seen = -1
+        #: Whether :attr:`st` was taken after this Tx's last change (no fstat needed at close).
+        self._fresh = False
 
     # -- the transcript ----------------------------------------------------------------
     def open(self) -> bool:
         """Open the transcript for writing (once); False when the session does not exist.
+        Reuses the descriptor the guard kept when one ``lstat`` of the path shows the same
+        file (and its tail when size, mtime and counter are unchanged too).
         :class:`UnsafePathError` for a symlink or a non-regular file."""
-        if self.fd == -1:
-            opened = self.files.open_transcript_for_write()
-            if opened is None:
+        if self.fd != -1:
+            return True
+        view = self.guard.take_view()
+        if view is not None:
+            try:
+                st: os.stat_result | None = _platform.lstat(self.files.transcript)
+            except FileNotFoundError:
+                st = None
+            except BaseException:
+                _platform.close(view.fd)
+                raise
+            if st is not None and stat.S_ISREG(st.st_mode) and view.same_file(st):
+                self.fd, self.st, self._seen = view.fd, st, self.guard.changes
+                self._tail = view.tail if view.unchanged(st, self.guard.seq) else None
+                return True
+            _platform.close(view.fd)
+            if st is None:
                 return False
-            self.fd, self.st = opened
-            self._tail = None
+        opened = self.files.open_transcript_for_write()
+        if opened is None:
+            return False
+        self.fd, self.st = opened
+        self._tail, self._seen = None, self.guard.changes
         return True
 
     def close(self) -> None:
+        """End of a successful mutation: keep the transcript open on the guard (with what
+        is known of it) for the next one."""
+        if self.fd == -1:
+            return
+        fd, st, tail = self.fd, self.st, self._tail
+        self.fd, self.st, self._tail = -1, None, None
+        if self._seen != self.guard.changes:
+            tail, self._fresh = None, False
+        try:
+            if not self._fresh or st is None:
+                now = _platform.fstat(fd)
+                if st is None or (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+                    tail = None
+                st = now
+        except BaseException:
+            _platform.close(fd)
+            raise
+        if tail is not None and tail.size != st.st_size:
+            tail = None
+        self.guard.keep_view(TranscriptView(fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                            self.guard.seq, tail))
+
+    def changed(self, st: os.stat_result | None = None, tail: Tail | None = None) -> None:
+        """Note a change this Tx made to the transcript: ``st`` (fstat'ed after it) and
+        ``tail`` describe the file now, when given; otherwise both are read again."""
+        self.guard.changes += 1
+        self._seen = self.guard.changes
+        self._tail = tail
+        self._fresh = st is not None
+        if st is not None:
+            self.st = st
+
+    def forget(self) -> None:
+        """Close the transcript and drop whatever the guard kept of it (after an error, or
+        before the file is replaced or deleted)."""
+        self.guard.changes += 1
         if self.fd != -1:
             fd, self.fd, self.st, self._tail = self.fd, -1, None, None
             _platform.close(fd)
+        self.guard.drop_view()
 
     @property
     def size(self) -> int:
@@ -193,15 +268,25 @@ class Tx:
         return cache.lines if cache is not None and self.st is not None and cache.matches(self.st, self.guard.seq) \
             else None
 
-    def note_count(self, lines: int | None) -> None:
+    def note_count(self, lines: int | None, st: os.stat_result | None = None) -> None:
         """Keep the count cache current: the transcript now holds ``lines`` complete lines
-        (stat'ed now). Nothing when unknown: the cache no longer matches, and the next
-        reader rebuilds it. A cache: a failure to write it is ignored."""
+        (``st``: its stat taken after the change, else stat'ed now). Nothing when unknown:
+        the cache no longer matches, and the next reader rebuilds it. A cache: a failure
+        to write it is ignored."""
         if lines is None:
             return
         with contextlib.suppress(OSError):
-            st = _platform.fstat(self.fd) if self.fd != -1 else os.lstat(self.files.transcript)
+            if st is None:
+                st = _platform.fstat(self.fd) if self.fd != -1 else _platform.lstat(self.files.transcript)
             self.guard.write_count(st, lines)
+
+    def _stat_after_change(self) -> os.stat_result | None:
+        """fstat of the open transcript after this Tx changed it (None if that fails: the
+        change stands; the view and the count cache are then rebuilt later)."""
+        try:
+            return _platform.fstat(self.fd)
+        except OSError:
+            return None
 
     # -- journaled steps -----------------------------------------------------------------
     def journaled(self, record: Record) -> None:
@@ -228,6 +313,7 @@ class Tx:
         tail = self.tail()
         before = self.known_count()
         batch = lines > 1
+        self.guard.changes += 1  # the file may change from here on (see changed())
         if batch:
             self.guard.write_record(AppendBatch(tail.committed, tail.committed + len(data)), self.durable)
         in_place_now = tail.torn or batch
@@ -257,27 +343,37 @@ class Tx:
                         self.guard.clear_record(self.durable)
                 except OSError:
                     pass
-        self._tail = None
-        self.note_count(None if before is None else before + lines)
+        st = self._stat_after_change()
+        end = tail.committed + len(data)
+        nl = data.rfind(b"\n", 0, len(data) - 1)
+        self.changed(st, Tail(end, end, tail.committed + nl + 1, data[nl + 1 : -1]) if st is not None else None)
+        if st is not None:
+            self.note_count(None if before is None else before + lines, st)
 
     def truncate_to(self, at: int, removed: int, *, remaining: int | None = None) -> None:
         """Cut the open transcript at ``at`` (a line boundary), removing ``removed``
         complete lines (``remaining``: the lines left, when the caller knows). One
         ``ftruncate``, counter odd around it. O(1)."""
         before = self.known_count()
+        self.guard.changes += 1
         cut(self.guard, self.fd, at, durable=self.durable)
-        self._tail = None
+        st = self._stat_after_change()
+        self.changed(st)
         if remaining is None and before is not None:
             remaining = before - removed
-        self.note_count(remaining)
+        if st is not None:
+            self.note_count(remaining, st)
 
     def rewrite_tail(self, at: int, line: bytes) -> None:
         """Replace the open transcript's bytes from ``at`` (the last line's start) with
         ``line`` (one line with its newline), through a :class:`TailRewrite` record."""
         before = self.known_count()
+        self.guard.changes += 1
         self.journaled(TailRewrite(at, line))
-        self._tail = None
-        self.note_count(before)
+        st = self._stat_after_change()
+        self.changed(st)
+        if st is not None:
+            self.note_count(before, st)
 
     def install(self, chunks: Iterable[bytes]) -> None:
         """Replace (or create) the transcript with whole-line ``chunks`` (streamed in ~1 MiB
@@ -290,7 +386,7 @@ class Tx:
                 lines += chunk.count(b"\n")
                 yield chunk
 
-        self.close()
+        self.forget()
         write_temp(self.files.tmp_transcript, counted(), self.durable)
         try:
             rename_over(self.guard, self.files.tmp_transcript, self.files.transcript)
@@ -320,7 +416,7 @@ class Tx:
         """Replace transcript and sidecar as one crash-atomic unit: both temp files written
         and fsynced (directory too), a :class:`Moves` record committed, both renamed."""
         files = self.files
-        self.close()
+        self.forget()
         write_temp(files.tmp_transcript, lines, self.durable)
         try:
             write_temp(files.tmp_sidecar, [sidecar.encode(meta)], self.durable)
@@ -359,7 +455,7 @@ class Tx:
     def delete(self) -> None:
         """Unlink the transcript first (the session is gone), then the sidecar and temp
         files; directory fsync. A crash half-way leaves a sidecar, which is not a session."""
-        self.close()
+        self.forget()
         if self.guard.count is not None:
             self.guard.drop_count()
         for path in (self.files.transcript, self.files.sidecar):
