@@ -11,12 +11,10 @@ Workers: tests/agent_framework_worker.py.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import pathlib
 import random
 import signal
-import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,6 +27,7 @@ from agent_framework import Agent, BaseChatClient, ChatResponse, FileHistoryProv
 from agent_framework_worker import turn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from missing_package import assert_missing_framework_error
 from sigkill import kill_after, run_workers
 
 from jsonl_sessions import SerializationError
@@ -171,11 +170,4 @@ def test_processes_saving_to_one_session_lose_nothing(tmp_path: pathlib.Path) ->
 
 # -- packaging --------------------------------------------------------------------------------------
 def test_missing_agent_framework_gives_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(sys.modules):
-        if name == "agent_framework" or name.startswith("agent_framework."):
-            monkeypatch.setitem(sys.modules, name, None)  # type: ignore[arg-type]
-    monkeypatch.delitem(sys.modules, "jsonl_sessions.integrations.agent_framework")
-    with pytest.raises(ImportError, match=r"pip install 'jsonl-sessions\[agent-framework\]'"):
-        importlib.import_module("jsonl_sessions.integrations.agent_framework")
-    monkeypatch.undo()
-    assert importlib.import_module("jsonl_sessions.integrations.agent_framework") is adapter
+    assert_missing_framework_error(monkeypatch, "agent_framework", adapter, "agent-framework")

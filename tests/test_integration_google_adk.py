@@ -12,12 +12,10 @@ Workers: tests/adk_worker.py.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import pathlib
 import random
 import signal
-import sys
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -39,6 +37,7 @@ from google.adk.sessions.in_memory_session_service import InMemorySessionService
 from google.genai import types
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from missing_package import assert_missing_framework_error
 from sigkill import kill_after, run_workers
 
 from jsonl_sessions import SerializationError
@@ -332,11 +331,4 @@ def test_processes_appending_at_once_lose_nothing(tmp_path: pathlib.Path) -> Non
 
 # -- packaging ------------------------------------------------------------------------------------------
 def test_missing_adk_gives_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(sys.modules):
-        if name == "google.adk" or name.startswith("google.adk."):
-            monkeypatch.setitem(sys.modules, name, None)  # type: ignore[arg-type]
-    monkeypatch.delitem(sys.modules, "jsonl_sessions.integrations.google_adk")
-    with pytest.raises(ImportError, match=r"pip install 'jsonl-sessions\[google-adk\]'"):
-        importlib.import_module("jsonl_sessions.integrations.google_adk")
-    monkeypatch.undo()
-    assert importlib.import_module("jsonl_sessions.integrations.google_adk") is adapter
+    assert_missing_framework_error(monkeypatch, "google.adk", adapter, "google-adk")

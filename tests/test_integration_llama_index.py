@@ -10,12 +10,10 @@ Workers: tests/llama_index_worker.py.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import pathlib
 import random
 import signal
-import sys
 from typing import Any
 
 import pytest
@@ -29,6 +27,7 @@ from llama_index.core.llms import ChatMessage
 from llama_index.core.memory import ChatMemoryBuffer
 from llama_index.core.storage.chat_store import SimpleChatStore
 from llama_index_worker import message
+from missing_package import assert_missing_framework_error
 from sigkill import kill_after, run_workers
 
 from jsonl_sessions import SerializationError
@@ -163,11 +162,4 @@ def test_processes_adding_to_one_chat_lose_nothing(tmp_path: pathlib.Path) -> No
 
 # -- packaging --------------------------------------------------------------------------------------
 def test_missing_llama_index_gives_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(sys.modules):
-        if name == "llama_index" or name.startswith("llama_index."):
-            monkeypatch.setitem(sys.modules, name, None)  # type: ignore[arg-type]
-    monkeypatch.delitem(sys.modules, "jsonl_sessions.integrations.llama_index")
-    with pytest.raises(ImportError, match=r"pip install 'jsonl-sessions\[llama-index\]'"):
-        importlib.import_module("jsonl_sessions.integrations.llama_index")
-    monkeypatch.undo()
-    assert importlib.import_module("jsonl_sessions.integrations.llama_index") is adapter
+    assert_missing_framework_error(monkeypatch, "llama_index", adapter, "llama-index")

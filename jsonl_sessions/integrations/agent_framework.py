@@ -41,14 +41,13 @@ except ImportError as exc:  # pragma: no cover - exercised with the package hidd
     ) from exc
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from ..errors import SessionNotFoundError
 from ..protocol import SessionBackend
 from ..types import ChatMessage
-from ._common import StoreLike, finish, open_store, where
+from ._common import StoreLike, finish, guard, open_store, where
 
 Overlap = Callable[[Sequence[Message], Sequence[Message]], list[Message]]
 
@@ -141,9 +140,6 @@ class JsonlHistoryProvider(HistoryProvider):
         """The store session holding the history of ``session_id``."""
         return f"{self.key_prefix}{session_id or self.DEFAULT_SESSION}"
 
-    def _guard(self, key: str) -> contextlib.AbstractContextManager[Any]:
-        lock = getattr(self._store, "lock", None)
-        return lock(key) if callable(lock) else contextlib.nullcontext()
 
     def _read(self, session_id: str | None) -> list[Message]:
         messages = [line_to_message(m) for m in self._store.load(self.session_key(session_id))]
@@ -154,7 +150,7 @@ class JsonlHistoryProvider(HistoryProvider):
     def _save(self, session_id: str | None, messages: Sequence[Message]) -> None:
         key = self.session_key(session_id)
         lines = {id(m): message_to_line(m) for m in messages}  # every message checked before any write
-        with self._guard(key):
+        with guard(self._store, key):
             try:
                 count = self._store.get_message_count(key)
             except SessionNotFoundError:

@@ -52,7 +52,6 @@ except ImportError as exc:  # pragma: no cover - exercised with the package hidd
     ) from exc
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Mapping
@@ -72,7 +71,7 @@ from ._adk_records import (
     fold_state,
     split_state,
 )
-from ._common import StoreLike, finish, open_store, where
+from ._common import StoreLike, finish, guard, open_store, where
 
 __all__ = ["JsonlSessionService"]
 
@@ -146,9 +145,6 @@ class JsonlSessionService(BaseSessionService):
     def __repr__(self) -> str:
         return f"JsonlSessionService({where(self._store)!r}, key_prefix={self.keys.prefix!r})"
 
-    def _guard(self, key: str) -> contextlib.AbstractContextManager[Any]:
-        lock = getattr(self._store, "lock", None)
-        return lock(key) if callable(lock) else contextlib.nullcontext()
 
     # -- shared state ------------------------------------------------------------------------
     def _apply_shared(self, app: str, user: str, key: str, line: ChatMessage, line_id: str, *, check: bool) -> None:
@@ -187,7 +183,7 @@ class JsonlSessionService(BaseSessionService):
         app_delta, user_delta, own = split_state(_json(key, dict(state or {})))
         now = _now()
         line = ChatMessage(CREATED, None, extra={"state": own, "time": now, "shared": _shared(app_delta, user_delta)})
-        with self._guard(key):
+        with guard(self._store, key):
             if self._store.session_exists(key):
                 raise AlreadyExistsError(f"Session with id {session_id} already exists.")
             line_id = self._store.append(key, line)
@@ -202,7 +198,7 @@ class JsonlSessionService(BaseSessionService):
         if not lines.created and not lines.events and not self._store.session_exists(key):
             return None
         if lines.unapplied is not None:
-            with self._guard(key):
+            with guard(self._store, key):
                 self._recover(app, user, key)
         events = lines.events
         if config is not None:
@@ -236,7 +232,7 @@ class JsonlSessionService(BaseSessionService):
         app_delta, user_delta, own = split_state(delta)
         line = ChatMessage(EVENT, _text(event), extra={
             "event": dumped, "session_delta": own, "shared": _shared(app_delta, user_delta)})
-        with self._guard(key):
+        with guard(self._store, key):
             if not self._store.session_exists(key):
                 raise AdkSessionNotFoundError(f"Session {session_id} not found.")
             newest = self._store.page(key, limit=RETRY_WINDOW).messages

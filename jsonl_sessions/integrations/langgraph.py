@@ -54,7 +54,6 @@ except ImportError as exc:  # pragma: no cover - exercised with the package hidd
     ) from exc
 
 import asyncio
-import contextlib
 import random
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
@@ -62,7 +61,7 @@ from typing import Any
 from ..errors import SessionExistsError
 from ..protocol import SessionBackend
 from ..types import ChatMessage
-from ._common import StoreLike, finish, open_store, where
+from ._common import StoreLike, finish, guard, open_store, where
 from ._langgraph_records import (
     ThreadIndex,
     checkpoint_line,
@@ -113,10 +112,6 @@ class JsonlCheckpointSaver(BaseCheckpointSaver[str]):
     def __repr__(self) -> str:
         return f"JsonlCheckpointSaver({where(self._store)!r}, key_prefix={self.key_prefix!r})"
 
-    def _guard(self, key: str) -> contextlib.AbstractContextManager[Any]:
-        """The thread's mutation guard (the backend's ``lock(key)``; none when it has no such method)."""
-        lock = getattr(self._store, "lock", None)
-        return lock(key) if callable(lock) else contextlib.nullcontext()
 
     def thread_key(self, thread_id: object) -> str:
         """The session key of thread ``thread_id``."""
@@ -266,7 +261,7 @@ class JsonlCheckpointSaver(BaseCheckpointSaver[str]):
     def _rewrite(self, key: str, keep: Any) -> None:
         """Reduce thread ``key`` to the checkpoints ``keep(index)`` returns and their writes,
         as one atomic replace under the thread's lock."""
-        with self._guard(key):
+        with guard(self._store, key):
             lines = self._store.try_load(key)
             index = ThreadIndex.build(lines)
             kept = keep(index)
