@@ -52,6 +52,7 @@ except ImportError as exc:  # pragma: no cover - exercised with the package hidd
     ) from exc
 
 import asyncio
+import copy
 import time
 import uuid
 from collections.abc import Mapping
@@ -166,12 +167,15 @@ class JsonlSessionService(BaseSessionService):
         if unapplied is not None:
             self._apply_shared(app, user, key, unapplied, unapplied.id, check=True)
 
-    def _merged(self, app: str, user: str, session_id: str, lines: SessionLines, events: list[dict[str, Any]]) -> Session:
-        state = dict(lines.state)
-        for name, value in fold_state(self._store.load(self.keys.app(app))).items():
-            state["app:" + name] = value
-        for name, value in fold_state(self._store.load(self.keys.user(app, user))).items():
-            state["user:" + name] = value
+    def _shared_state(self, app: str, user: str) -> dict[str, Any]:
+        """The app and user state, keys with their ``app:`` / ``user:`` prefixes."""
+        state = {"app:" + k: v for k, v in fold_state(self._store.load(self.keys.app(app))).items()}
+        state.update({"user:" + k: v for k, v in fold_state(self._store.load(self.keys.user(app, user))).items()})
+        return state
+
+    def _merged(self, app: str, user: str, session_id: str, lines: SessionLines, events: list[dict[str, Any]],
+                shared: dict[str, Any] | None = None) -> Session:
+        state = {**lines.state, **(self._shared_state(app, user) if shared is None else shared)}
         return Session(id=session_id, app_name=app, user_id=user, state=state,
                        events=[Event.model_validate(e) for e in events], last_update_time=lines.last_update)
 
@@ -213,9 +217,12 @@ class JsonlSessionService(BaseSessionService):
 
     def _list(self, app: str, user: str | None) -> ListSessionsResponse:
         found = []
+        shared: dict[str, dict[str, Any]] = {}  # per user: the shared state is read once per listing
         for uid, sid in self.keys.owners(self._store.list_sessions(), app, user):
             lines = SessionLines.build(self._store.load(self.keys.session(app, uid, sid)))
-            found.append(self._merged(app, uid, sid, lines, []))
+            if uid not in shared:
+                shared[uid] = self._shared_state(app, uid)
+            found.append(self._merged(app, uid, sid, lines, [], copy.deepcopy(shared[uid])))
         found.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=found)
 

@@ -55,7 +55,7 @@ except ImportError as exc:  # pragma: no cover - exercised with the package hidd
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from ..errors import SessionExistsError
@@ -258,7 +258,7 @@ class JsonlCheckpointSaver(BaseCheckpointSaver[str]):
             if lines:
                 self._store.append_many(target, [ChatMessage(m.role, m.content, kind=m.kind, extra=m.extra) for m in lines])
 
-    def _rewrite(self, key: str, keep: Any) -> None:
+    def _rewrite(self, key: str, keep: Callable[[ThreadIndex], set[tuple[str, str]]]) -> None:
         """Reduce thread ``key`` to the checkpoints ``keep(index)`` returns and their writes,
         as one atomic replace under the thread's lock."""
         with guard(self._store, key):
