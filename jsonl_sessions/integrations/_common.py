@@ -4,7 +4,6 @@ whose caller was cancelled before reporting it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from collections.abc import Awaitable
 from typing import Any, TypeVar, cast
@@ -39,14 +38,6 @@ def open_store(store: StoreLike, options: dict[str, Any]) -> SessionBackend:
     if options:
         raise TypeError(f"store options {sorted(options)} apply only when store is a path")
     return backend
-
-
-def guard(store: SessionBackend, key: str) -> contextlib.AbstractContextManager[Any]:
-    """``store``'s mutation guard of session ``key`` for a block (its ``lock(key)``), to
-    make a read and the write it decides one step for every other writer; a backend
-    without ``lock`` gives no guard (each of its calls is still atomic on its own)."""
-    lock = getattr(store, "lock", None)
-    return cast("contextlib.AbstractContextManager[Any]", lock(key)) if callable(lock) else contextlib.nullcontext()
 
 
 def where(store: SessionBackend) -> str:

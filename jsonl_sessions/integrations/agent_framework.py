@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 from ..errors import SessionNotFoundError
 from ..protocol import SessionBackend
 from ..types import ChatMessage
-from ._common import StoreLike, finish, guard, open_store, where
+from ._common import StoreLike, finish, open_store, where
 
 Overlap = Callable[[Sequence[Message], Sequence[Message]], list[Message]]
 
@@ -150,7 +150,7 @@ class JsonlHistoryProvider(HistoryProvider):
     def _save(self, session_id: str | None, messages: Sequence[Message]) -> None:
         key = self.session_key(session_id)
         lines = {id(m): message_to_line(m) for m in messages}  # every message checked before any write
-        with guard(self._store, key):
+        with self._store.lock(key):
             try:
                 count = self._store.get_message_count(key)
             except SessionNotFoundError:

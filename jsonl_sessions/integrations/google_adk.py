@@ -72,7 +72,7 @@ from ._adk_records import (
     fold_state,
     split_state,
 )
-from ._common import StoreLike, finish, guard, open_store, where
+from ._common import StoreLike, finish, open_store, where
 
 __all__ = ["JsonlSessionService"]
 
@@ -187,7 +187,7 @@ class JsonlSessionService(BaseSessionService):
         app_delta, user_delta, own = split_state(_json(key, dict(state or {})))
         now = _now()
         line = ChatMessage(CREATED, None, extra={"state": own, "time": now, "shared": _shared(app_delta, user_delta)})
-        with guard(self._store, key):
+        with self._store.lock(key):
             if self._store.session_exists(key):
                 raise AlreadyExistsError(f"Session with id {session_id} already exists.")
             line_id = self._store.append(key, line)
@@ -202,7 +202,7 @@ class JsonlSessionService(BaseSessionService):
         if not lines.created and not lines.events and not self._store.session_exists(key):
             return None
         if lines.unapplied is not None:
-            with guard(self._store, key):
+            with self._store.lock(key):
                 self._recover(app, user, key)
         events = lines.events
         if config is not None:
@@ -239,7 +239,7 @@ class JsonlSessionService(BaseSessionService):
         app_delta, user_delta, own = split_state(delta)
         line = ChatMessage(EVENT, _text(event), extra={
             "event": dumped, "session_delta": own, "shared": _shared(app_delta, user_delta)})
-        with guard(self._store, key):
+        with self._store.lock(key):
             if not self._store.session_exists(key):
                 raise AdkSessionNotFoundError(f"Session {session_id} not found.")
             newest = self._store.page(key, limit=RETRY_WINDOW).messages

@@ -26,8 +26,8 @@ random suffix, so forks from an old checkpoint never overwrite each other's valu
 
 Cost: reads load the thread's transcript (O(thread)); ``put`` and ``put_writes`` cost
 O(what they write), independent of the thread's size. ``prune`` and ``delete_for_runs``
-rewrite a thread atomically under its guard (the backend's ``lock(key)``; on a backend
-without one, a ``put`` racing the rewrite from another process can be lost).
+rewrite a thread atomically under its guard (the backend's ``lock(key)``), so a ``put``
+from another process waits for the rewrite instead of being lost.
 
 Needs ``langgraph-checkpoint``: ``pip install 'jsonl-sessions[langgraph]'``.
 """
@@ -61,7 +61,7 @@ from typing import Any
 from ..errors import SessionExistsError
 from ..protocol import SessionBackend
 from ..types import ChatMessage
-from ._common import StoreLike, finish, guard, open_store, where
+from ._common import StoreLike, finish, open_store, where
 from ._langgraph_records import (
     ThreadIndex,
     checkpoint_line,
@@ -261,7 +261,7 @@ class JsonlCheckpointSaver(BaseCheckpointSaver[str]):
     def _rewrite(self, key: str, keep: Callable[[ThreadIndex], set[tuple[str, str]]]) -> None:
         """Reduce thread ``key`` to the checkpoints ``keep(index)`` returns and their writes,
         as one atomic replace under the thread's lock."""
-        with guard(self._store, key):
+        with self._store.lock(key):
             lines = self._store.try_load(key)
             index = ThreadIndex.build(lines)
             kept = keep(index)

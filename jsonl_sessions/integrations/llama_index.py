@@ -50,7 +50,7 @@ from typing import Any
 from ..errors import SerializationError, SessionNotFoundError
 from ..protocol import SessionBackend
 from ..types import ChatMessage
-from ._common import StoreLike, finish, guard, open_store, where
+from ._common import StoreLike, finish, open_store, where
 
 __all__ = ["JsonlChatStore", "line_to_llama", "llama_to_line"]
 
@@ -142,7 +142,7 @@ class JsonlChatStore(BaseChatStore):
         if idx is None:
             self._store.append(skey, line)
             return
-        with guard(self._store, skey):
+        with self._store.lock(skey):
             lines = self._store.try_load(skey)
             lines.insert(idx, line)
             at = next(n for n, m in enumerate(lines) if m is line)
@@ -152,7 +152,7 @@ class JsonlChatStore(BaseChatStore):
     def delete_messages(self, key: str) -> list[LlamaMessage] | None:
         """Remove the chat, returning its messages; None when it does not exist."""
         skey = self._key(key)
-        with guard(self._store, skey):
+        with self._store.lock(skey):
             if not self._store.session_exists(skey):
                 return None
             lines = self._store.try_load(skey)
@@ -162,7 +162,7 @@ class JsonlChatStore(BaseChatStore):
     def delete_message(self, key: str, idx: int) -> LlamaMessage | None:
         """Remove and return the message at ``idx``; None when the chat or the index does not exist."""
         skey = self._key(key)
-        with guard(self._store, skey):
+        with self._store.lock(skey):
             lines = self._store.try_load(skey)
             if not -len(lines) <= idx < len(lines):
                 return None
