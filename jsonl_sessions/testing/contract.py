@@ -36,6 +36,7 @@ it, as fsspec's and zarr's abstract suites do):
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -375,6 +376,30 @@ class SessionStoreContract:
         self._unchanged(seeded, before, "cleanup_stale with a long TTL")
         assert seeded.cleanup_stale(0) == 1  # OTHER; KEY is running
         assert seeded.list_sessions() == [KEY]
+
+    # -- the guard ----------------------------------------------------------------------
+    def test_lock_makes_several_calls_one_unit(self, seeded: SessionBackend) -> None:
+        """``lock(key)``: an invalid key is refused; the holder's own calls work inside
+        (reentrant, nested too); another thread waits until the block ends."""
+        for bad_key in INVALID_KEYS:
+            with pytest.raises(InvalidSessionKeyError), seeded.lock(bad_key):
+                pass
+        entered = threading.Event()
+
+        def other() -> None:
+            with seeded.lock(KEY):
+                entered.set()
+
+        with seeded.lock(KEY):
+            with seeded.lock(KEY):
+                seeded.append(KEY, {"role": "user", "content": "inside"})
+            thread = threading.Thread(target=other)
+            thread.start()
+            assert not entered.wait(0.2), "another thread entered the guard while it was held"
+            seeded.remove_last(KEY)
+        thread.join(30)
+        assert entered.is_set(), "the guard was not released"
+        assert [m.content for m in seeded.load(KEY)][-1] == [{"type": "text", "text": "hello"}]
 
     # -- corruption (capability) --------------------------------------------------------
     def test_corrupt_line_is_reported_precisely_and_refused(self, seeded: SessionBackend, damage: Any) -> None:
