@@ -20,6 +20,7 @@ from .errors import CorruptTranscriptError, MessageNotFoundError, SessionExistsE
 from .layout import SessionFiles
 from .lines import BOM, copy_chunks, find_line, line_number_of, read_tail, skip_backward, skip_forward
 from .messages import last_id
+from .rules import check_window
 from .transcript import BadLine, parse, warn_bad
 from .txn import Root, Tx, mutate
 from .types import ChatMessage, from_record
@@ -60,10 +61,7 @@ def get_message(root: Root, files: SessionFiles, message_id: str) -> ChatMessage
 
 def get_messages(root: Root, files: SessionFiles, limit: int | None, offset: int) -> list[ChatMessage]:
     """The messages at positions ``[offset, offset + limit)``."""
-    if limit is not None and (type(limit) is not int or limit < 0):
-        raise ValueError(f"limit must be None or an int >= 0, not {limit!r}")
-    if type(offset) is not int or offset < 0:
-        raise ValueError(f"offset must be an int >= 0, not {offset!r}")
+    check_window(limit, offset)
     bad: list[BadLine] = []
     attempts = [0]
 

@@ -21,7 +21,9 @@ from .errors import CorruptTranscriptError, LockTimeoutError, SessionNotFoundErr
 from .layout import SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, SessionFiles, classify, key_of_stem
 from .lines import BOM
 from .messages import delete
-from .metadata import EPOCH, Look, check_number, from_ms, look, looks
+from .metadata import Look, look, looks
+from .rules import check_number
+from .sidecar import EPOCH, from_ms
 from .txn import Root, Tx, mutate
 
 

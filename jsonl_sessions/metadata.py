@@ -15,50 +15,18 @@ names. Rules shared by everything here:
 
 from __future__ import annotations
 
-import math
 import os
 import stat
-from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from . import sidecar, snapshot
 from .errors import CorruptMetadataError
 from .layout import SessionFiles, list_keys, read_sidecar
 from .messages import delete, log, update_sidecar
+from .rules import check_number, check_state, check_text
 from .txn import Root, mutate
-from .types import SESSION_STATES, SessionMetadata, SessionState
-
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def from_ms(ms: int | None) -> datetime | None:
-    return None if ms is None else EPOCH + timedelta(milliseconds=ms)
-
-
-def from_ns(ns: int) -> datetime:
-    return EPOCH + timedelta(microseconds=ns // 1000)
-
-
-def check_text(what: str, value: object, *, empty: bool = True) -> str:
-    """``value`` if it is a string JSON can hold (TypeError / ValueError otherwise)."""
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
-    if not empty and not value:
-        raise ValueError(f"{what} must not be empty")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{what} is not valid Unicode text (lone surrogate): {value!r}") from None
-    return str(value)
-
-
-def check_number(what: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number, not {type(value).__name__}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{what} must be a finite number >= 0, not {value!r}")
-    return float(value)
+from .types import SessionMetadata, SessionState
 
 
 class Look(NamedTuple):
@@ -77,8 +45,7 @@ class Look(NamedTuple):
 
     @property
     def state(self) -> str | None:
-        value = sidecar.text(self.meta, "state")
-        return value if value in SESSION_STATES else None
+        return sidecar.state(self.meta)
 
 
 def look(files: SessionFiles) -> Look | None:
@@ -124,25 +91,7 @@ def metadata(root: Root, files: SessionFiles, found: Look) -> SessionMetadata | 
     count = snapshot.count(root, files)
     if count is None:
         return None
-    meta = found.meta
-    crumb = None if meta is None else meta.get("trim_breadcrumb")
-    state = found.state
-    return SessionMetadata(
-        key=files.key,
-        name=sidecar.text(meta, "name"),
-        agent_alias=sidecar.text(meta, "agent_alias"),
-        principal_id=sidecar.text(meta, "principal_id"),
-        state=state,
-        turn_id=sidecar.text(meta, "turn_id") if state is not None else None,
-        created_at=from_ms(sidecar.millis(meta, "created_at")),
-        updated_at=from_ns(found.activity_ns),
-        message_count=count,
-        size_bytes=found.transcript.st_size,
-        trim_breadcrumb=crumb if isinstance(crumb, bool) else None,
-        context=sidecar.context(meta),
-        parent=sidecar.text(meta, "parent"),
-        fork_point=sidecar.text(meta, "fork_point"),
-    )
+    return sidecar.describe(files.key, found.meta, count, found.transcript.st_size, found.activity_ns)
 
 
 def looks(root: Root) -> Iterator[tuple[SessionFiles, Look]]:
@@ -178,12 +127,6 @@ def set_field(root: Root, files: SessionFiles, name: str, value: object) -> None
     update_sidecar(root, files, lambda meta: meta.__setitem__(name, value))
 
 
-def check_context(context: object) -> dict[str, str]:
-    if not isinstance(context, Mapping):
-        raise TypeError(f"context must be a mapping of str to str, not {type(context).__name__}")
-    return {check_text("context key", k): check_text(f"context[{k!r}]", v) for k, v in context.items()}
-
-
 def delete_session_owned(root: Root, files: SessionFiles, owner_principal_id: str) -> bool:
     owner = check_text("owner_principal_id", owner_principal_id)
     with mutate(root, files):
@@ -196,31 +139,12 @@ def delete_session_owned(root: Root, files: SessionFiles, owner_principal_id: st
 
 # -- run state ------------------------------------------------------------------------------
 def set_session_state(root: Root, files: SessionFiles, state: str, turn_id: str | None) -> None:
-    if not isinstance(state, str) or state not in SESSION_STATES:
-        raise ValueError(f"state must be one of {sorted(SESSION_STATES)}, not {state!r}")
-    turn = None if turn_id is None else check_text("turn_id", turn_id)
-    if state == "idle":
-        turn = None
-
-    def change(meta: dict[str, Any]) -> None:
-        same = meta.get("state") == state and meta.get("turn_id") == turn
-        if not (same and sidecar.millis(meta, "state_since") is not None):
-            meta["state_since"] = root.clock()
-        meta["state"] = state
-        meta["turn_id"] = turn
-
-    update_sidecar(root, files, change)
+    new_state, turn = check_state(state, turn_id)
+    update_sidecar(root, files, lambda meta: sidecar.set_state(meta, new_state, turn, root.clock()))
 
 
 def get_session_state(files: SessionFiles) -> SessionState | None:
-    meta = meta_of(files)
-    state = sidecar.text(meta, "state")
-    if meta is None or state not in SESSION_STATES:
-        return None
-    since = sidecar.millis(meta, "state_since")
-    if since is None:
-        since = sidecar.millis(meta, "updated_at") or 0
-    return SessionState(str(state), sidecar.text(meta, "turn_id"), EPOCH + timedelta(milliseconds=since))
+    return sidecar.run_state(meta_of(files))
 
 
 def list_stuck_sessions(root: Root, threshold_secs: float) -> list[SessionMetadata]:

@@ -19,6 +19,8 @@ from . import _platform, codec, snapshot
 from .errors import MessageNotFoundError, SessionNotFoundError
 from .layout import SessionFiles
 from .lines import BOM, find_line, iter_lines_backward, iter_lines_forward, read_tail, skip_backward, starts_file
+from .records import calls, decode_or_none, tool_call_id_of
+from .rules import check_page_arguments
 from .transcript import parse
 from .txn import Root
 from .types import Page, from_record
@@ -44,25 +46,6 @@ def _created_of(line: bytes) -> int | None:
         return int(m.group(1))
     created = codec.decode_record(line).get("created_at")
     return created if type(created) is int else None
-
-
-def _tool_call_id_of(record: dict[str, Any]) -> str | None:
-    """The ``tool_call_id`` of a tool result, None for any other message."""
-    value = record.get("tool_call_id")
-    return value if isinstance(value, str) else None
-
-
-def _calls(record: dict[str, Any], tool_call_id: str) -> bool:
-    """Whether ``record`` is the tool call of ``tool_call_id`` (an entry of its ``tool_calls``)."""
-    calls = record.get("tool_calls")
-    return isinstance(calls, list) and any(isinstance(c, dict) and c.get("id") == tool_call_id for c in calls)
-
-
-def _decode(line: bytes) -> dict[str, Any] | None:
-    try:
-        return codec.decode_record(line)
-    except ValueError:
-        return None
 
 
 class _Lines:
@@ -122,16 +105,10 @@ def _call_before(fd: int, start: int, tool_call_id: str) -> bool:
         if n >= TURN_SEARCH_LINES:
             return False
         if b"tool_calls" in line:
-            record = _decode(line)
-            if record is not None and _calls(record, tool_call_id):
+            record = decode_or_none(line)
+            if record is not None and calls(record, tool_call_id):
                 return True
     return False
-
-
-def check_limit(limit: object) -> int:
-    if type(limit) is not int or limit < 1:
-        raise ValueError(f"limit must be a positive int, not {limit!r}")
-    return limit
 
 
 # -- pages ------------------------------------------------------------------------------
@@ -147,11 +124,7 @@ def page(
     whole_turns: bool = False,
 ) -> Page:
     """One page of messages (the contract: :meth:`jsonl_sessions.SessionStore.page`)."""
-    limit = check_limit(limit)
-    if before is not None and after is not None:
-        raise ValueError("page takes at most one of before= and after=")
-    if ts_before is not None and type(ts_before) is not int:
-        raise ValueError(f"ts_before must be int milliseconds or None, not {ts_before!r}")
+    check_page_arguments(limit, before, after, ts_before)
     reading = _Reading(ts_before)
 
     def read(fd: int, size: int) -> Page:
@@ -239,7 +212,7 @@ def _widen_back(picked: list[tuple[int, dict[str, Any]]], lines: _Lines, reading
     """Widen a page (``picked``, newest first) back to the call of the tool result it
     begins with, while it begins with one whose call is among the lines before it."""
     while True:
-        tool_call_id = _tool_call_id_of(picked[-1][1])
+        tool_call_id = tool_call_id_of(picked[-1][1])
         if tool_call_id is None:
             return
         scanned: list[tuple[int, bytes]] = []
@@ -247,8 +220,8 @@ def _widen_back(picked: list[tuple[int, dict[str, Any]]], lines: _Lines, reading
         for start, line in lines:
             scanned.append((start, line))
             if b"tool_calls" in line:
-                record = _decode(line)
-                if record is not None and _calls(record, tool_call_id):
+                record = decode_or_none(line)
+                if record is not None and calls(record, tool_call_id):
                     call = record
                     break
             if len(scanned) >= TURN_SEARCH_LINES:
@@ -306,7 +279,7 @@ def _extend_forward(fd: int, picked: list[tuple[int, dict[str, Any]]], lines: _L
                 break
         else:
             return
-        tool_call_id = _tool_call_id_of(record)
+        tool_call_id = tool_call_id_of(record)
         if tool_call_id is None or not _call_before(fd, start, tool_call_id):
             lines.push_back(skipped)
             return

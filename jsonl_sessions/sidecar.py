@@ -8,21 +8,31 @@ rewrites it, so a newer writer's fields survive an older one. Reading the file i
 session's guard, and written *before* a new
 transcript appears, so an existing transcript always has its key on disk.
 The transcript, not the sidecar, is the truth about messages.
+
+The same object is a session's metadata in every backend (the SQLite backend keeps it
+in a column), so what it says is read here once: typed fields (a field of the wrong type
+reads as absent), the run state, and the public :class:`SessionMetadata`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import orjson
 
 from .errors import CorruptMetadataError
+from .types import SESSION_STATES, SessionMetadata, SessionState
 
 FORMAT_VERSION = 1
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def new_sidecar(key: str, now_ms: int) -> dict[str, Any]:
-    return {"format": FORMAT_VERSION, "key": key, "created_at": now_ms, "updated_at": now_ms, "trim_breadcrumb": None}
+def new_sidecar(key: str, now_ms: int, breadcrumb: bool | None = None) -> dict[str, Any]:
+    """The metadata object of a new session ``key`` created at ``now_ms``."""
+    return {"format": FORMAT_VERSION, "key": key, "created_at": now_ms, "updated_at": now_ms,
+            "trim_breadcrumb": breadcrumb}
 
 
 def encode(sidecar: dict[str, Any]) -> bytes:
@@ -48,21 +58,83 @@ def decode(raw: bytes, path: str, key: str | None = None) -> dict[str, Any]:
 
 
 # -- typed access to fields (a field of the wrong type reads as absent) -------------------
-def text(sidecar: dict[str, Any] | None, name: str) -> str | None:
+def text(sidecar: Mapping[str, Any] | None, name: str) -> str | None:
     """Field ``name`` when it is a string, else None."""
     value = None if sidecar is None else sidecar.get(name)
     return value if type(value) is str else None
 
 
-def millis(sidecar: dict[str, Any] | None, name: str) -> int | None:
+def millis(sidecar: Mapping[str, Any] | None, name: str) -> int | None:
     """Field ``name`` when it is an integer (ms since the epoch), else None."""
     value = None if sidecar is None else sidecar.get(name)
     return value if type(value) is int else None
 
 
-def context(sidecar: dict[str, Any] | None) -> dict[str, str]:
+def context(sidecar: Mapping[str, Any] | None) -> dict[str, str]:
     """The ``context`` object's string entries (a copy; ``{}`` when absent)."""
     value = None if sidecar is None else sidecar.get("context")
     if type(value) is not dict:
         return {}
     return {k: v for k, v in value.items() if type(k) is str and type(v) is str}
+
+
+def state(sidecar: Mapping[str, Any] | None) -> str | None:
+    """The run state ("idle", "running", "error"); None when absent or not one of them."""
+    value = text(sidecar, "state")
+    return value if value in SESSION_STATES else None
+
+
+def set_state(sidecar: dict[str, Any], new_state: str, turn: str | None, now_ms: int) -> None:
+    """Enter run state ``new_state`` for ``turn`` (both already checked). ``state_since``
+    moves to ``now_ms`` only when the state or the turn changes (or it is missing)."""
+    same = sidecar.get("state") == new_state and sidecar.get("turn_id") == turn
+    if not (same and millis(sidecar, "state_since") is not None):
+        sidecar["state_since"] = now_ms
+    sidecar["state"] = new_state
+    sidecar["turn_id"] = turn
+
+
+def run_state(sidecar: Mapping[str, Any] | None) -> SessionState | None:
+    """The run state with its turn and since when (``state_since``, else ``updated_at``);
+    None when there is no valid state."""
+    current = state(sidecar)
+    if sidecar is None or current is None:
+        return None
+    since = millis(sidecar, "state_since")
+    if since is None:
+        since = millis(sidecar, "updated_at") or 0
+    return SessionState(current, text(sidecar, "turn_id"), EPOCH + timedelta(milliseconds=since))
+
+
+def from_ms(ms: int | None) -> datetime | None:
+    """Milliseconds since the epoch as an aware UTC datetime (None stays None)."""
+    return None if ms is None else EPOCH + timedelta(milliseconds=ms)
+
+
+def from_ns(ns: int) -> datetime:
+    """Nanoseconds since the epoch as an aware UTC datetime (microsecond precision)."""
+    return EPOCH + timedelta(microseconds=ns // 1000)
+
+
+def describe(key: str, sidecar: Mapping[str, Any] | None, count: int, size: int, activity_ns: int) -> SessionMetadata:
+    """The public metadata of session ``key`` from its metadata object (None: unreadable
+    or absent, then only the stats are known), message count, size in bytes and last
+    activity (ns since the epoch). A field of the wrong type reads as absent."""
+    crumb = None if sidecar is None else sidecar.get("trim_breadcrumb")
+    run_state = state(sidecar)
+    return SessionMetadata(
+        key=key,
+        name=text(sidecar, "name"),
+        agent_alias=text(sidecar, "agent_alias"),
+        principal_id=text(sidecar, "principal_id"),
+        state=run_state,
+        turn_id=text(sidecar, "turn_id") if run_state is not None else None,
+        created_at=from_ms(millis(sidecar, "created_at")),
+        updated_at=from_ns(activity_ns),
+        message_count=count,
+        size_bytes=size,
+        trim_breadcrumb=crumb if isinstance(crumb, bool) else None,
+        context=context(sidecar),
+        parent=text(sidecar, "parent"),
+        fork_point=text(sidecar, "fork_point"),
+    )

@@ -38,7 +38,8 @@ from . import messages as ops
 from .ids import now_ms
 from .layout import SessionFiles, list_keys
 from .locks import SessionGuard
-from .txn import Root, acquire, check_options
+from .rules import check_context, check_options, check_text
+from .txn import Root, acquire
 from .types import (
     ChatMessage,
     Durability,
@@ -355,7 +356,7 @@ class SessionStore:
     def set_session_name(self, key: str, name: str) -> None:
         """Set the human-readable name (any string, "" included). Atomic; raises
         :class:`SessionNotFoundError` for a missing session."""
-        metadata.set_field(self._root, self._files(key), "name", metadata.check_text("name", name))
+        metadata.set_field(self._root, self._files(key), "name", check_text("name", name))
 
     def get_session_name(self, key: str) -> str | None:
         """The name; None when the session is missing or has none. Takes no lock."""
@@ -364,7 +365,7 @@ class SessionStore:
     def set_session_agent_alias(self, key: str, agent_alias: str) -> None:
         """Record the agent alias the session is attributed to. Atomic; raises
         :class:`SessionNotFoundError` for a missing session."""
-        value = metadata.check_text("agent_alias", agent_alias)
+        value = check_text("agent_alias", agent_alias)
         metadata.set_field(self._root, self._files(key), "agent_alias", value)
 
     def get_session_agent_alias(self, key: str) -> str | None:
@@ -375,13 +376,13 @@ class SessionStore:
         """Replace the session's context (a string -> string map; ``{}`` clears it).
         TypeError for a non-mapping or a non-string key/value, ValueError for text JSON
         cannot hold. Atomic; :class:`SessionNotFoundError` for a missing session."""
-        metadata.set_field(self._root, self._files(key), "context", metadata.check_context(context))
+        metadata.set_field(self._root, self._files(key), "context", check_context(context))
 
     def set_session_principal(self, key: str, principal_id: str) -> None:
         """Record the authenticated principal that owns the session (a non-empty string;
         ValueError for ""). Atomic, under the guard that :meth:`delete_session_owned`
         takes; :class:`SessionNotFoundError` for a missing session."""
-        value = metadata.check_text("principal_id", principal_id, empty=False)
+        value = check_text("principal_id", principal_id, empty=False)
         metadata.set_field(self._root, self._files(key), "principal_id", value)
 
     def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
@@ -427,8 +428,8 @@ class SessionStore:
         sessions attributed to it is returned). Each session is changed under its own
         guard with an atomic sidecar replace, so after a crash every session is either
         renamed or not. Never deletes a session."""
-        old = metadata.check_text("old_alias", old_alias)
-        new = metadata.check_text("new_alias", new_alias)
+        old = check_text("old_alias", old_alias)
+        new = check_text("new_alias", new_alias)
         if old == new:
             return self.count_agent_attribution(old)
         return metadata.reattribute(self._root, old, new)
@@ -437,7 +438,7 @@ class SessionStore:
         """Remove the attribution to ``agent_alias`` from every session (its
         ``agent_alias`` becomes None); the number of sessions changed. As
         :meth:`rename_agent_attribution`: per-session guard, atomic, never deletes."""
-        return metadata.reattribute(self._root, metadata.check_text("agent_alias", agent_alias), None)
+        return metadata.reattribute(self._root, check_text("agent_alias", agent_alias), None)
 
     # -- search and maintenance --------------------------------------------------------------
     def search(self, query: SessionQuery) -> list[SessionMetadata]:

@@ -46,22 +46,13 @@ from .errors import SessionStoreError
 from .layout import SessionFiles
 from .lines import Tail, read_tail
 from .locks import REGISTRY, GuardClosed, SessionGuard, TranscriptView
+from .rules import check_options
 from .types import Durability
 
 log = logging.getLogger("jsonl_sessions")
 #: ``timeout`` meaning "the store's lock_timeout".
 DEFAULT: Literal[False] = False
 _MAX_CACHED_FILES = 4096
-
-
-def check_options(durability: object, lock_timeout: float | None, max_message_bytes: int) -> None:
-    """ValueError for store options out of range (shared by every store implementation)."""
-    if durability not in ("fsync", "flush"):
-        raise ValueError(f"durability must be 'fsync' or 'flush', not {durability!r}")
-    if lock_timeout is not None and lock_timeout < 0:
-        raise ValueError("lock_timeout must be >= 0 or None")
-    if max_message_bytes <= 0:
-        raise ValueError("max_message_bytes must be positive")
 
 
 @dataclass

@@ -16,16 +16,17 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from .. import codec, ids
+from .. import codec, ids, sidecar
+from ..assign import assign_ids
 from ..errors import (
     CorruptTranscriptError,
     InvalidMessageError,
     SessionNotFoundError,
 )
 from ..keys import validate_key
+from ..rules import check_options
 from ..types import ChatMessage, Durability, MessageLike, TimestampedMessage, as_message
 from . import rows
-from .assign import assign_ids
 from .db import Database
 
 if TYPE_CHECKING:
@@ -62,12 +63,7 @@ class SqliteCore:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        if durability not in ("fsync", "flush"):
-            raise ValueError(f"durability must be 'fsync' or 'flush', not {durability!r}")
-        if lock_timeout is not None and lock_timeout < 0:
-            raise ValueError("lock_timeout must be >= 0 or None")
-        if max_message_bytes <= 0:
-            raise ValueError("max_message_bytes must be positive")
+        check_options(durability, lock_timeout, max_message_bytes)
         self._path = os.path.abspath(os.fspath(path))
         self._durability: Durability = durability
         self._lock_timeout = lock_timeout
@@ -292,7 +288,7 @@ class SqliteCore:
             if s is None:
                 records = self._assign(key, msgs, None)
                 lines = self._encode(key, records)
-                sid, count, size = self._create(c, key, rows.new_meta(key, self._clock())), 0, 0
+                sid, count, size = self._create(c, key, sidecar.new_sidecar(key, self._clock())), 0, 0
             else:
                 sid, count, size = s.id, s.count, s.size
                 records = self._assign(key, msgs, self._last_id(c, sid), lambda mid: self._has_id(c, sid, mid))
@@ -364,7 +360,7 @@ class SqliteCore:
             lines = self._encode(key, records)
             s = self._session(c, key)
             if s is None:
-                sid = self._create(c, key, rows.new_meta(key, self._clock()))
+                sid = self._create(c, key, sidecar.new_sidecar(key, self._clock()))
             else:
                 self._check_clean(c, s)
                 sid = s.id
@@ -393,7 +389,7 @@ class SqliteCore:
             records = self._assign(key, msgs, None)
             lines = self._encode(key, records)
             if s is None:
-                sid = self._create(c, key, rows.new_meta(key, self._clock(), bool(breadcrumb)))
+                sid = self._create(c, key, sidecar.new_sidecar(key, self._clock(), bool(breadcrumb)))
             else:
                 self._check_clean(c, s)
                 meta = self._meta(s)

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from typing import Any
 
+from .. import codec, sidecar
 from ..errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError
 from ..keys import validate_key
-from ..types import ChatMessage, Page
+from ..records import calls, decode_or_none, tool_call_id_of
+from ..rules import check_page_arguments, check_window
+from ..types import ChatMessage, Page, from_record
 from . import rows
 from .base import SessionRow, SqliteCore
 
@@ -94,12 +98,14 @@ class _Reading:
         self.ts_before = ts_before
         self.bad: dict[int, str] = {}
 
-    def accept(self, row: Row) -> ChatMessage | None:
+    def accept(self, row: Row) -> dict[str, Any] | None:
+        """The row's record if it is a message passing the filter, else None (corrupt rows
+        are remembered for the warning)."""
         seq, created, line = row
         if self.ts_before is not None and (created is None or created >= self.ts_before):
             return None
         try:
-            return rows.decode(line)
+            return codec.decode_record(line)
         except ValueError as exc:
             self.bad.setdefault(seq, str(exc) or type(exc).__name__)
             return None
@@ -111,11 +117,10 @@ class _Reading:
                              len(self.bad), key, path, first + 1, self.bad[first])
 
 
-def _decoded(line: bytes) -> ChatMessage | None:
-    try:
-        return rows.decode(line)
-    except ValueError:
-        return None
+def _page(picked: list[tuple[int, dict[str, Any]]], has_more: bool, older: bool, newer: bool) -> Page:
+    """The page of ``picked`` (oldest first), with a cursor at each end that has more."""
+    messages = [from_record(record) for _, record in picked]
+    return Page(messages, has_more, messages[0].id if older else None, messages[-1].id if newer else None)
 
 
 class HistoryMethods(SqliteCore):
@@ -176,10 +181,7 @@ class HistoryMethods(SqliteCore):
         session, ValueError for a negative ``limit`` / ``offset``. A row that does not
         parse is skipped (logged), so concatenated windows equal :meth:`load`.
         Cost: O(log n + window)."""
-        if limit is not None and (type(limit) is not int or limit < 0):
-            raise ValueError(f"limit must be None or an int >= 0, not {limit!r}")
-        if type(offset) is not int or offset < 0:
-            raise ValueError(f"offset must be an int >= 0, not {offset!r}")
+        check_window(limit, offset)
         validate_key(key)
         with self._db.read() as c:
             s = self._existing(c, key)
@@ -208,12 +210,7 @@ class HistoryMethods(SqliteCore):
         :class:`SessionNotFoundError`, :class:`MessageNotFoundError` (unknown cursor),
         ValueError (``limit < 1``, both cursors). One read transaction. Cost: O(log n) to
         find a cursor plus O(page) rows (``ts_before`` reads the rows it skips)."""
-        if type(limit) is not int or limit < 1:
-            raise ValueError(f"limit must be a positive int, not {limit!r}")
-        if before is not None and after is not None:
-            raise ValueError("page takes at most one of before= and after=")
-        if ts_before is not None and type(ts_before) is not int:
-            raise ValueError(f"ts_before must be int milliseconds or None, not {ts_before!r}")
+        check_page_arguments(limit, before, after, ts_before)
         validate_key(key)
         reading = _Reading(ts_before)
         with self._db.read() as c:
@@ -235,7 +232,7 @@ class HistoryMethods(SqliteCore):
                        reading: _Reading, breakpoint: bool, whole_turns: bool) -> Page:
         end, newer = (s.count, False) if before is None else (self._cursor(c, s, before), True)
         lines = _Rows(_backward(c, s.id, end, min(limit + 1, 4096)))
-        picked: list[tuple[int, ChatMessage]] = []  # newest first
+        picked: list[tuple[int, dict[str, Any]]] = []  # newest first
         newest: int | None = None
         for row in lines:
             if newest is None:
@@ -244,7 +241,7 @@ class HistoryMethods(SqliteCore):
             if message is None:
                 continue
             picked.append((row[0], message))
-            if len(picked) >= limit or (breakpoint and message.kind == "compaction"):
+            if len(picked) >= limit or (breakpoint and message.get("kind") == "compaction"):
                 break
         if not picked:
             return Page([], False, None, None)
@@ -253,15 +250,14 @@ class HistoryMethods(SqliteCore):
         has_more = any(reading.accept(row) is not None for row in lines)
         newer = newer or picked[0][0] != newest
         picked.reverse()
-        return Page([m for _, m in picked], has_more, picked[0][1].id if has_more else None,
-                    picked[-1][1].id if newer else None)
+        return _page(picked, has_more, has_more, newer)
 
     @staticmethod
-    def _widen_back(picked: list[tuple[int, ChatMessage]], lines: _Rows, reading: _Reading) -> None:
+    def _widen_back(picked: list[tuple[int, dict[str, Any]]], lines: _Rows, reading: _Reading) -> None:
         """Widen a page (``picked``, newest first) back to the call of the tool result it
         begins with, while it begins with one whose call is among the rows before it."""
         while True:
-            tool_call_id = rows.tool_call_id_of(picked[-1][1])
+            tool_call_id = tool_call_id_of(picked[-1][1])
             if tool_call_id is None:
                 return
             scanned: list[Row] = []
@@ -269,8 +265,8 @@ class HistoryMethods(SqliteCore):
             for row in lines:
                 scanned.append(row)
                 if b"tool_calls" in row[2]:
-                    found = _decoded(row[2])
-                    if found is not None and rows.calls(found, tool_call_id):
+                    found = decode_or_none(row[2])
+                    if found is not None and calls(found, tool_call_id):
                         call = found
                         break
                 if len(scanned) >= TURN_SEARCH_ROWS:
@@ -288,7 +284,7 @@ class HistoryMethods(SqliteCore):
                       reading: _Reading, breakpoint: bool, whole_turns: bool) -> Page:
         start = 0 if after == "" else self._cursor(c, s, after) + 1
         lines = _Rows(_forward(c, s.id, start, min(limit + 1, 4096)))
-        picked: list[tuple[int, ChatMessage]] = []  # oldest first
+        picked: list[tuple[int, dict[str, Any]]] = []  # oldest first
         for row in lines:
             message = reading.accept(row)
             if message is not None:
@@ -299,17 +295,15 @@ class HistoryMethods(SqliteCore):
             return Page([], False, None, None)
         if breakpoint:
             for i in range(len(picked) - 1, -1, -1):
-                if picked[i][1].kind == "compaction":
+                if picked[i][1].get("kind") == "compaction":
                     del picked[:i]
                     break
         if whole_turns:
             self._extend_forward(c, s, picked, lines, reading)
         has_more = any(reading.accept(row) is not None for row in lines)
-        older = picked[0][0] != 0
-        return Page([m for _, m in picked], has_more, picked[0][1].id if older else None,
-                    picked[-1][1].id if has_more else None)
+        return _page(picked, has_more, picked[0][0] != 0, has_more)
 
-    def _extend_forward(self, c: sqlite3.Connection, s: SessionRow, picked: list[tuple[int, ChatMessage]],
+    def _extend_forward(self, c: sqlite3.Connection, s: SessionRow, picked: list[tuple[int, dict[str, Any]]],
                         lines: _Rows, reading: _Reading) -> None:
         """Extend a page (``picked``, oldest first) at its newer end while the next message is
         a tool result whose call is among the rows before it."""
@@ -324,7 +318,7 @@ class HistoryMethods(SqliteCore):
             if message is None:
                 return
             seq = skipped[-1][0]
-            tool_call_id = rows.tool_call_id_of(message)
+            tool_call_id = tool_call_id_of(message)
             if tool_call_id is None or not self._call_before(c, s.id, seq, tool_call_id):
                 lines.push_back(skipped)
                 return
@@ -336,8 +330,8 @@ class HistoryMethods(SqliteCore):
         for (line,) in c.execute("SELECT line FROM messages WHERE session = ? AND seq < ? AND seq >= ? "
                                  "ORDER BY seq DESC", (sid, seq, seq - TURN_SEARCH_ROWS)):
             if b"tool_calls" in line:
-                found = _decoded(line)
-                if found is not None and rows.calls(found, tool_call_id):
+                found = decode_or_none(line)
+                if found is not None and calls(found, tool_call_id):
                     return True
         return False
 
@@ -366,7 +360,7 @@ class HistoryMethods(SqliteCore):
                 end = self._find_valid(c, src, up_to_message_id) + 1
                 fork_point = up_to_message_id
             source_meta = self._meta(src)
-            meta = rows.new_meta(target, self._clock(), source_meta.get("trim_breadcrumb"))
+            meta = sidecar.new_sidecar(target, self._clock(), source_meta.get("trim_breadcrumb"))
             meta["parent"] = source
             meta["fork_point"] = fork_point
             sid = self._create(c, target, meta)

@@ -16,12 +16,13 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping
-from datetime import timedelta
 from typing import Any
 
+from .. import records, sidecar
 from ..errors import CorruptMetadataError, SessionNotFoundError
 from ..keys import validate_key
-from ..types import SESSION_STATES, SessionMetadata, SessionQuery, SessionState
+from ..rules import check_context, check_number, check_query, check_state, check_text
+from ..types import SessionMetadata, SessionQuery, SessionState
 from . import rows
 from .base import SessionRow, SqliteCore
 
@@ -45,7 +46,7 @@ class MetadataMethods(SqliteCore):
 
     @staticmethod
     def _describe(s: SessionRow, meta: Mapping[str, Any] | None) -> SessionMetadata:
-        return rows.metadata(s.key, meta, s.count, s.size, s.activity_ns)
+        return sidecar.describe(s.key, meta, s.count, s.size, s.activity_ns)
 
     def _where(self, keep: Callable[[SessionRow, dict[str, Any] | None], bool]) -> list[SessionMetadata]:
         with self._db.read() as c:
@@ -66,32 +67,30 @@ class MetadataMethods(SqliteCore):
     # -- setters and getters ------------------------------------------------------------
     def set_session_name(self, key: str, name: str) -> None:
         """Set the name (any string). :class:`SessionNotFoundError` for a missing session."""
-        value = rows.check_text("name", name)
+        value = check_text("name", name)
         self._update(key, lambda meta: meta.__setitem__("name", value))
 
     def get_session_name(self, key: str) -> str | None:
-        return rows.text(self._meta_of(key), "name")
+        return sidecar.text(self._meta_of(key), "name")
 
     def set_session_agent_alias(self, key: str, agent_alias: str) -> None:
         """Record the agent alias. :class:`SessionNotFoundError` for a missing session."""
-        value = rows.check_text("agent_alias", agent_alias)
+        value = check_text("agent_alias", agent_alias)
         self._update(key, lambda meta: meta.__setitem__("agent_alias", value))
 
     def get_session_agent_alias(self, key: str) -> str | None:
-        return rows.text(self._meta_of(key), "agent_alias")
+        return sidecar.text(self._meta_of(key), "agent_alias")
 
     def set_session_context(self, key: str, context: Mapping[str, str]) -> None:
         """Replace the context (a str -> str map; ``{}`` clears it). TypeError / ValueError
         for a bad value; :class:`SessionNotFoundError` for a missing session."""
-        if not isinstance(context, Mapping):
-            raise TypeError(f"context must be a mapping of str to str, not {type(context).__name__}")
-        value = {rows.check_text("context key", k): rows.check_text(f"context[{k!r}]", v) for k, v in context.items()}
+        value = check_context(context)
         self._update(key, lambda meta: meta.__setitem__("context", value))
 
     def set_session_principal(self, key: str, principal_id: str) -> None:
         """Record the owning principal (non-empty). :class:`SessionNotFoundError` for a
         missing session."""
-        value = rows.check_text("principal_id", principal_id, empty=False)
+        value = check_text("principal_id", principal_id, empty=False)
         self._update(key, lambda meta: meta.__setitem__("principal_id", value))
 
     def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
@@ -99,11 +98,11 @@ class MetadataMethods(SqliteCore):
         True when deleted. Fails closed (missing session, no owner, another owner, "" ->
         False, nothing deleted). Check and delete are one transaction. An unreadable meta
         raises :class:`CorruptMetadataError` (nothing deleted)."""
-        owner = rows.check_text("owner_principal_id", owner_principal_id)
+        owner = check_text("owner_principal_id", owner_principal_id)
         validate_key(key)
         with self._db.write(key) as c:
             s = self._session(c, key)
-            if not owner or s is None or rows.text(self._meta(s), "principal_id") != owner:
+            if not owner or s is None or sidecar.text(self._meta(s), "principal_id") != owner:
                 return False
             return self.delete_session(key)
 
@@ -112,71 +111,52 @@ class MetadataMethods(SqliteCore):
         """Set the run state (``idle``, ``running``, ``error``; else ValueError) and turn
         (cleared on ``idle``). ``since`` changes only when the state or the turn changes.
         :class:`SessionNotFoundError` for a missing session."""
-        if not isinstance(state, str) or state not in SESSION_STATES:
-            raise ValueError(f"state must be one of {sorted(SESSION_STATES)}, not {state!r}")
-        turn = None if turn_id is None else rows.check_text("turn_id", turn_id)
-        if state == "idle":
-            turn = None
-
-        def change(meta: dict[str, Any]) -> None:
-            same = meta.get("state") == state and meta.get("turn_id") == turn
-            if not (same and rows.millis(meta, "state_since") is not None):
-                meta["state_since"] = self._clock()
-            meta["state"] = state
-            meta["turn_id"] = turn
-
-        self._update(key, change)
+        new_state, turn = check_state(state, turn_id)
+        self._update(key, lambda meta: sidecar.set_state(meta, new_state, turn, self._clock()))
 
     def get_session_state(self, key: str) -> SessionState | None:
         """The run state; None when the session is missing or never had one."""
-        meta = self._meta_of(key)
-        state = rows.state_of(meta)
-        if meta is None or state is None:
-            return None
-        since = rows.millis(meta, "state_since")
-        if since is None:
-            since = rows.millis(meta, "updated_at") or 0
-        return SessionState(state, rows.text(meta, "turn_id"), rows.EPOCH + timedelta(milliseconds=since))
+        return sidecar.run_state(self._meta_of(key))
 
     def list_running_sessions(self) -> list[SessionMetadata]:
         """Every session in state ``running``, in key order."""
-        return self._where(lambda _s, meta: rows.state_of(meta) == "running")
+        return self._where(lambda _s, meta: sidecar.state(meta) == "running")
 
     def list_stuck_sessions(self, threshold_secs: float) -> list[SessionMetadata]:
         """Every session that entered ``running`` more than ``threshold_secs`` ago (store clock)."""
-        threshold_ms = rows.check_number("threshold_secs", threshold_secs) * 1000
+        threshold_ms = check_number("threshold_secs", threshold_secs) * 1000
         now = self._clock()
 
         def stuck(_s: SessionRow, meta: dict[str, Any] | None) -> bool:
-            since = rows.millis(meta, "state_since")
-            return rows.state_of(meta) == "running" and since is not None and now - since > threshold_ms
+            since = sidecar.millis(meta, "state_since")
+            return sidecar.state(meta) == "running" and since is not None and now - since > threshold_ms
 
         return self._where(stuck)
 
     # -- attribution ----------------------------------------------------------------------
     def count_agent_attribution(self, agent_alias: str) -> int:
         """How many sessions are attributed to ``agent_alias``."""
-        alias = rows.check_text("agent_alias", agent_alias)
-        return len(self._where(lambda _s, meta: rows.text(meta, "agent_alias") == alias))
+        alias = check_text("agent_alias", agent_alias)
+        return len(self._where(lambda _s, meta: sidecar.text(meta, "agent_alias") == alias))
 
     def rename_agent_attribution(self, old_alias: str, new_alias: str) -> int:
         """Re-attribute every session of ``old_alias`` to ``new_alias`` in one transaction;
         the number changed (equal aliases: nothing written, the count returned)."""
-        old = rows.check_text("old_alias", old_alias)
-        new = rows.check_text("new_alias", new_alias)
+        old = check_text("old_alias", old_alias)
+        new = check_text("new_alias", new_alias)
         if old == new:
             return self.count_agent_attribution(old)
         return self._reattribute(old, new)
 
     def clear_agent_attribution(self, agent_alias: str) -> int:
         """Remove the attribution to ``agent_alias`` from every session; the number changed."""
-        return self._reattribute(rows.check_text("agent_alias", agent_alias), None)
+        return self._reattribute(check_text("agent_alias", agent_alias), None)
 
     def _reattribute(self, old: str, new: str | None) -> int:
         changed = 0
         with self._db.write(None) as c:
             for s, meta in list(self._all(c)):
-                if meta is None or rows.text(meta, "agent_alias") != old:
+                if meta is None or sidecar.text(meta, "agent_alias") != old:
                     continue
                 meta["agent_alias"] = new
                 self._write_meta(c, s, meta)
@@ -188,11 +168,11 @@ class MetadataMethods(SqliteCore):
         """Delete every session whose last change is older than ``ttl_hours`` (wall clock);
         the number deleted. Never a ``running`` session, nor one whose meta is unreadable
         (its state is unknown: logged). One transaction. Cost: O(sessions + deleted rows)."""
-        cutoff = time.time_ns() - int(rows.check_number("ttl_hours", ttl_hours) * 3600e9)
+        cutoff = time.time_ns() - int(check_number("ttl_hours", ttl_hours) * 3600e9)
         removed = 0
         with self._db.write(None) as c:
             for s, meta in list(self._all(c)):
-                if meta is not None and rows.state_of(meta) != "running" and s.activity_ns < cutoff:
+                if meta is not None and sidecar.state(meta) != "running" and s.activity_ns < cutoff:
                     removed += self.delete_session(s.key)
         return removed
 
@@ -210,24 +190,18 @@ class MetadataMethods(SqliteCore):
         activity, a pure-ASCII row that cannot hold the keyword is ruled out without
         decoding, and the scan stops once ``limit`` sessions matched. One snapshot.
         Cost: O(bytes of the sessions scanned)."""
-        if not isinstance(query, SessionQuery):
-            raise TypeError(f"query must be a SessionQuery, not {type(query).__name__}")
-        needle = rows.check_text("keyword", query.keyword).casefold()
-        limit = query.limit
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit must be None or an int >= 0, not {limit!r}")
-        alias = None if query.agent_alias is None else rows.check_text("agent_alias", query.agent_alias)
+        needle, limit, alias = check_query(query)
         ascii_needle = needle.encode("ascii") if needle.isascii() else None
         out: list[SessionMetadata] = []
         with self._db.read() as c:
-            found = [(s, meta) for s, meta in self._all(c) if alias is None or rows.text(meta, "agent_alias") == alias]
+            found = [(s, meta) for s, meta in self._all(c) if alias is None or sidecar.text(meta, "agent_alias") == alias]
             found.sort(key=lambda item: (-item[0].activity_ns, item[0].key))
             for s, meta in found:
                 if limit is not None and len(out) >= limit:
                     break
-                name = rows.text(meta, "name")
+                name = sidecar.text(meta, "name")
                 if (not needle or (name is not None and needle in name.casefold())
-                        or any(rows.mentions(line, needle, ascii_needle)
+                        or any(records.mentions(line, needle, ascii_needle)
                                for (line,) in c.execute("SELECT line FROM messages WHERE session = ?", (s.id,)))):
                     out.append(self._describe(s, meta))
         return out

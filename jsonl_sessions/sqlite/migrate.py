@@ -30,6 +30,7 @@ import orjson
 
 from ..errors import SessionExistsError, SessionStoreError
 from ..keys import key_to_stem
+from ..sidecar import FORMAT_VERSION
 from ..store import SessionStore
 from . import rows
 from .store import SessionSnapshot, SqliteSessionStore
@@ -103,7 +104,7 @@ def _export_jsonl(store: SessionStore, key: str) -> SessionSnapshot | None:
                 meta = rows.decode_meta(f.read(), key, sidecar)
                 mtime = max(mtime, os.fstat(f.fileno()).st_mtime_ns)
         except FileNotFoundError:
-            meta = {"format": rows.META_FORMAT, "key": key}
+            meta = {"format": FORMAT_VERSION, "key": key}
     data = data.removeprefix(_BOM)
     committed = data[: data.rfind(b"\n") + 1]  # a torn tail is not a message
     return SessionSnapshot(key, committed.split(b"\n")[:-1], meta, mtime)

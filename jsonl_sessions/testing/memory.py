@@ -41,10 +41,9 @@ from .. import codec, ids
 from ..assign import assign_ids
 from ..errors import InvalidMessageError, LockTimeoutError
 from ..keys import validate_key
-from ..metadata import check_number, check_text
 from ..protocol import SessionBackend
+from ..rules import check_context, check_number, check_options, check_state, check_text
 from ..store import DEFAULT_MAX_MESSAGE_BYTES
-from ..txn import check_options
 from ..types import (
     ChatMessage,
     Durability,
@@ -56,7 +55,7 @@ from ..types import (
     TimestampedMessage,
     as_message,
 )
-from .reference import EPOCH, STATES, ReferenceStore, SessionModel
+from .reference import EPOCH, ReferenceStore, SessionModel
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -341,10 +340,7 @@ class MemorySessionStore:
             return None if s is None else s.alias
 
     def set_session_context(self, key: str, context: Mapping[str, str]) -> None:
-        if not isinstance(context, Mapping):
-            raise TypeError(f"context must be a mapping of str to str, not {type(context).__name__}")
-        value = {check_text("context key", k): check_text(f"context[{k!r}]", v) for k, v in context.items()}
-        self._set(key, context=value)
+        self._set(key, context=check_context(context))
 
     def set_session_principal(self, key: str, principal_id: str) -> None:
         self._set(key, owner=check_text("principal_id", principal_id, empty=False))
@@ -356,12 +352,10 @@ class MemorySessionStore:
             return self._ref.delete_session_owned(key, owner)
 
     def set_session_state(self, key: str, state: str, turn_id: str | None = None) -> None:
-        if not isinstance(state, str) or state not in STATES:
-            raise ValueError(f"state must be one of {sorted(STATES)}, not {state!r}")
-        turn = None if turn_id is None else check_text("turn_id", turn_id)
+        new_state, turn = check_state(state, turn_id)
         validate_key(key)
         with self._change(key):
-            self._ref.set_session_state(key, state, turn, self._clock())
+            self._ref.set_session_state(key, new_state, turn, self._clock())
 
     def get_session_state(self, key: str) -> SessionState | None:
         with self._read(key):

@@ -32,6 +32,7 @@ from ..errors import (
     SessionNotFoundError,
 )
 from ..paging import TURN_SEARCH_LINES
+from ..rules import check_page_arguments
 from ..types import ChatMessage, Page, SessionMetadata, SessionState
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -60,17 +61,6 @@ def _call_index(msgs: list[ChatMessage], i: int, tool_call_id: str) -> int | Non
     return None
 
 
-def check_page_arguments(limit: object, before: object, after: object, ts_before: object) -> None:
-    """The argument checks of ``page``: ``ValueError`` for a limit that is not a positive
-    int, both cursors, a ``ts_before`` that is not int milliseconds."""
-    if type(limit) is not int or limit < 1:
-        raise ValueError(f"limit must be a positive int, not {limit!r}")
-    if before is not None and after is not None:
-        raise ValueError("page takes at most one of before= and after=")
-    if ts_before is not None and type(ts_before) is not int:
-        raise ValueError(f"ts_before must be int milliseconds or None, not {ts_before!r}")
-
-
 def page(msgs: list[ChatMessage], *, limit: int = 100, before: str | None = None, after: str | None = None,
          ts_before: int | None = None, breakpoint: bool = False, whole_turns: bool = False) -> Page:
     """What ``page()`` returns for a session holding ``msgs`` (oldest first).
@@ -82,7 +72,7 @@ def page(msgs: list[ChatMessage], *, limit: int = 100, before: str | None = None
     it, likewise cut, extended forward over the tool results that follow.
 
     :raises MessageNotFoundError: a cursor that is not an id of ``msgs``.
-    :raises ValueError: see :func:`check_page_arguments`.
+    :raises ValueError: see :func:`jsonl_sessions.rules.check_page_arguments`.
     """
     check_page_arguments(limit, before, after, ts_before)
     ids_ = [m.id for m in msgs]
