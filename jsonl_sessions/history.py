@@ -23,7 +23,7 @@ from .messages import last_id
 from .rules import check_window
 from .transcript import BadLine, parse, warn_bad
 from .txn import Root, Tx, mutate
-from .types import ChatMessage, from_record
+from .types import ChatMessage
 
 #: How often a window read retries when the file keeps changing under it before it
 #: counts forwards (which needs no count).
@@ -49,7 +49,7 @@ def get_message(root: Root, files: SessionFiles, message_id: str) -> ChatMessage
             return None
         start, _end, line = found
         try:
-            return from_record(codec.decode_record(line))
+            return codec.decode_message(line)
         except ValueError as exc:
             bad.append(BadLine(line_number_of(fd, start), start, str(exc) or type(exc).__name__))
             return None

@@ -196,7 +196,11 @@ _new = object.__new__
 
 
 def from_record(data: dict[str, Any]) -> ChatMessage:
-    """Wrap an already-validated record dict (it must hold a str ``role``) without copying it."""
+    """The message of a record dict, wrapped without copying it: the fast constructor for
+    records :func:`jsonl_sessions.codec.decode_record` produced (or that passed
+    :func:`jsonl_sessions.codec.invalid_reason`). Nothing is checked, so any other dict
+    belongs in :meth:`ChatMessage.from_dict`; the dict must not be changed afterwards (the
+    message would change with it). Cost: O(1)."""
     msg = _new(ChatMessage)
     _set_data(msg, data)
     return msg

@@ -22,7 +22,7 @@ import orjson
 
 from .. import codec, sidecar
 from ..errors import CorruptMetadataError, CorruptTranscriptError
-from ..types import ChatMessage, as_message
+from ..types import ChatMessage
 
 log = logging.getLogger("jsonl_sessions")
 
@@ -40,7 +40,7 @@ def index_of(line: bytes) -> tuple[str | None, int | None, str | None, str | Non
 
 def decode(line: bytes) -> ChatMessage:
     """The message a line holds; ValueError (with the reason) when it is not one."""
-    return as_message(codec.decode_record(line))
+    return codec.decode_message(line)
 
 
 def corrupt(key: str, path: str, seq: int, offset: int, reason: str) -> CorruptTranscriptError:

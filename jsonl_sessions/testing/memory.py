@@ -428,7 +428,7 @@ class MemorySessionStore:
 
 
 def _decoded(line: bytes) -> ChatMessage:
-    return ChatMessage.from_dict(codec.decode_record(line[:-1]))
+    return codec.decode_message(line[:-1])
 
 
 def _fresh(messages: list[ChatMessage]) -> list[ChatMessage]:
