@@ -15,103 +15,16 @@ import stat
 import time
 from dataclasses import dataclass
 
-from . import _platform, codec
+from . import _platform
+from .compaction import CompactionReport, plan_compaction
 from .control import read_head
 from .errors import CorruptTranscriptError, LockTimeoutError, SessionNotFoundError
 from .layout import SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, SessionFiles, classify, key_of_stem
-from .lines import BOM
 from .messages import delete
 from .metadata import Look, look, looks
 from .rules import check_number
 from .sidecar import EPOCH, from_ms
 from .txn import Root, Tx, mutate
-
-
-@dataclass(frozen=True)
-class DroppedLine:
-    """A complete line compaction drops: 1-based ``line``, byte ``offset``, ``reason``, and
-    the start of its text (for a report)."""
-
-    line: int
-    offset: int
-    reason: str
-    text: str
-    corrupt: bool  # False: a repeat of an earlier line's id
-
-
-@dataclass(frozen=True)
-class CompactionPlan:
-    """What compaction keeps of a transcript's bytes and what it drops."""
-
-    kept: tuple[bytes, ...]  # the kept lines, each with its newline
-    dropped: tuple[DroppedLine, ...]
-    problem: DroppedLine | None  # the first line only a repair may drop (None: compact may)
-    torn: int  # bytes of torn tail dropped
-    bom: bool  # a leading byte-order mark dropped
-
-    @property
-    def changed(self) -> bool:
-        """Whether compaction would rewrite the file."""
-        return bool(self.dropped) or self.bom or self.torn > 0
-
-
-def plan_compaction(data: bytes) -> CompactionPlan:
-    """What :func:`compact` keeps of transcript bytes ``data``: every line that parses,
-    except an exact repeat of an earlier line with the same id; of lines sharing an id
-    but not bytes, the first (that, and a corrupt line, is a ``problem``: only a repair
-    drops it). A torn tail and a leading BOM are dropped. O(len(data)), no I/O."""
-    start = len(BOM) if data.startswith(BOM) else 0
-    committed = data.rfind(b"\n") + 1
-    kept: list[bytes] = []
-    dropped: list[DroppedLine] = []
-    problem: DroppedLine | None = None
-    seen: dict[str, bytes] = {}
-    offset = start
-    lines = data[start : committed - 1].split(b"\n") if committed > start else []
-    for number, line in enumerate(lines, 1):
-        drop = None
-        try:
-            record = codec.decode_record(line)
-        except ValueError as exc:
-            drop = DroppedLine(number, offset, str(exc) or type(exc).__name__, _excerpt(line), True)
-        else:
-            mid = record.get("id") or ""
-            first = seen.get(mid) if mid else None
-            if first is None:
-                if mid:
-                    seen[mid] = line
-                kept.append(line + b"\n")
-            else:
-                drop = DroppedLine(number, offset, f"id {mid!r} is already used by an earlier, different line",
-                                   _excerpt(line), False)
-                if first == line:  # an exact repeat: compact may drop it
-                    dropped.append(drop)
-                    drop = None
-        if drop is not None:
-            dropped.append(drop)
-            problem = problem or drop
-        offset += len(line) + 1
-    return CompactionPlan(tuple(kept), tuple(dropped), problem, len(data) - committed, start > 0)
-
-
-def _excerpt(line: bytes) -> str:
-    return line[:200].decode("utf-8", "replace")
-
-
-@dataclass(frozen=True)
-class CompactionReport:
-    """What :func:`compact` did: the plan it carried out, where the original bytes were
-    saved (repair only), and whether taking the guard first completed a write left by a
-    process that died."""
-
-    key: str
-    plan: CompactionPlan
-    quarantine: str | None
-    recovered: bool
-
-    @property
-    def dropped(self) -> int:
-        return len(self.plan.dropped)
 
 
 def compact(root: Root, files: SessionFiles, *, repair: bool) -> CompactionReport:

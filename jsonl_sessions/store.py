@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from . import _platform, history, maintenance, metadata, paging, search, sidecar
 from . import messages as ops
+from .compaction import CompactionReport
 from .ids import now_ms
 from .layout import SessionFiles, list_keys
 from .locks import SessionGuard
@@ -497,7 +498,7 @@ class SessionStore:
 
 
 
-def compaction_report(store: SessionStore, key: str, *, repair: bool = False) -> maintenance.CompactionReport:
+def compaction_report(store: SessionStore, key: str, *, repair: bool = False) -> CompactionReport:
     """:meth:`SessionStore.compact` returning its whole report (what was kept and dropped,
     where the original bytes were saved, whether an interrupted write was completed
     first) instead of a count; logs nothing. Same errors, atomicity and cost."""

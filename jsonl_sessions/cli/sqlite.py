@@ -20,8 +20,8 @@ from ..errors import SessionNotFoundError
 from ..sqlite import SqliteSessionStore, VerifyReport, migrate
 from ..sqlite.verify import KINDS
 from ..store import SessionStore
-from .common import EXIT_FAILURE, EXIT_OK, LOGGER, PROG, Store, UsageError, err, is_sqlite_path, json_out, out
-from .format import clean, when
+from .common import EXIT_FAILURE, EXIT_OK, PROG, Store, UsageError, err, is_sqlite_path, json_out, out
+from .format import clean, short, when
 from .format import size as fmt_size
 
 
@@ -110,20 +110,20 @@ def _summary(report: VerifyReport, problems: int) -> str:
 
 # -- repair -----------------------------------------------------------------------------------
 def run_repair(store: SqliteSessionStore, key: str) -> int:
-    """``repair KEY`` on a SQLite store: ``compact(key, repair=True)``, then a report."""
-    before = store.get_message_count(key)
-    LOGGER.disabled = True  # its warning says where the rows went; so does the report below
-    try:
-        dropped = store.compact(key, repair=True)
-    finally:
-        LOGGER.disabled = False
-    if not dropped:
-        out(f"session {key!r} needs no repair: {before} messages, nothing changed")
+    """``repair KEY`` on a SQLite store: ``compact(key, repair=True)`` with its report."""
+    report = store.compaction_report(key, repair=True)
+    plan = report.plan
+    if not plan.dropped:
+        out(f"session {key!r} needs no repair: {len(plan.kept)} messages, nothing changed")
         return EXIT_OK
-    out(f"repaired session {key!r}: kept {before - dropped} messages, set aside {dropped} row"
-        f"{'s' if dropped != 1 else ''} (corrupt, or repeating an earlier id)")
-    out(f"every original row is saved in the quarantine table of {store.root} "
-        f"(SELECT * FROM quarantine WHERE session_key = ...)")
+    out(f"repaired session {key!r}: kept {len(plan.kept)} messages, set aside {report.dropped} row"
+        f"{'s' if report.dropped != 1 else ''} (corrupt, or repeating an earlier id)")
+    for bad in plan.dropped[:20]:
+        out(f"  line {bad.line}, byte offset {bad.offset}: {clean(bad.reason, one_line=True)}: {short(bad.text, 60)}")
+    if len(plan.dropped) > 20:
+        out(f"  and {len(plan.dropped) - 20} more")
+    if report.quarantine is not None:
+        out(f"every original row is saved in {report.quarantine} (SELECT * FROM quarantine WHERE session_key = ...)")
     return EXIT_OK
 
 

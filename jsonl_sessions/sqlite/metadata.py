@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .. import records, sidecar
-from ..errors import CorruptMetadataError, SessionNotFoundError
+from ..compaction import CompactionReport, plan_lines
+from ..errors import CorruptMetadataError, CorruptTranscriptError, SessionNotFoundError
 from ..keys import validate_key
 from ..rules import check_context, check_number, check_query, check_state, check_text
 from ..types import SessionMetadata, SessionQuery, SessionState
@@ -216,55 +217,39 @@ class MetadataMethods(SqliteCore):
         changed, a session holding a row that does not parse or a second row with an
         earlier row's id but other bytes, unless ``repair=True``: then every row of the
         session is first copied to the ``quarantine`` table (with the key and the time;
-        never removed by the store) and the rewrite keeps every row that parses (of rows
-        sharing an id, the first). One transaction. :class:`SessionNotFoundError` for a
+        never removed by the store; logged) and the rewrite keeps every row that parses (of
+        rows sharing an id, the first). One transaction. :class:`SessionNotFoundError` for a
         missing session. Cost: O(rows)."""
+        report = self.compaction_report(key, repair=repair)
+        if report.quarantine is not None:
+            rows.log.warning("compact(repair=True) of session %r: its original rows are kept in %s", key,
+                             report.quarantine)
+        return report.dropped
+
+    def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
+        """:meth:`compact` returning its whole report instead of a count, logging nothing:
+        the plan (rows kept, rows dropped with line number, byte offset in the export and
+        reason) and, after a repair, where the original rows are (``quarantine``: the
+        table and the repair's number). ``recovered`` is always False (SQLite completes or
+        undoes an interrupted transaction itself). Same errors, atomicity and cost."""
         validate_key(key)
         with self._db.write(key) as c:
             s = self._session(c, key)
             if s is None:
                 raise SessionNotFoundError(key=key)
             data = self._rows(c, s.id)
-            kept, dropped, problem = _plan(data)
-            if problem is not None:
-                seq, offset, reason = problem
+            plan = plan_lines(line for _seq, line in data)
+            saved = None
+            if plan.problem is not None:
+                p = plan.problem
                 if not repair:
-                    raise rows.corrupt(key, self._path, seq, offset, reason)
+                    raise CorruptTranscriptError(key=key, path=self._path, line=p.line, offset=p.offset,
+                                                 reason=p.reason)
                 taken = self._clock()
                 repair_no = c.execute("SELECT coalesce(max(repair), 0) + 1 FROM quarantine").fetchone()[0]
                 c.executemany("INSERT INTO quarantine (repair, session_key, taken_at, seq, line) VALUES (?, ?, ?, ?, ?)",
                               [(repair_no, key, taken, seq, line) for seq, line in data])
-                rows.log.warning("compact(repair=True) of session %r: its %d original rows are kept in the "
-                                 "quarantine table of %s (repair %d)", key, len(data), self._path, repair_no)
-            if dropped:
-                self._replace_rows(c, s.id, kept)
-            return dropped
-
-
-def _plan(data: list[tuple[int, bytes]]) -> tuple[list[bytes], int, tuple[int, int, str] | None]:
-    """What compact keeps: the kept lines, how many rows it drops, and the first row only
-    ``repair`` may drop (seq, offset, reason) or None."""
-    kept: list[bytes] = []
-    seen: dict[str, bytes] = {}
-    dropped = 0
-    problem: tuple[int, int, str] | None = None
-    offset = 0
-    for seq, line in data:
-        try:
-            message = rows.decode(line)
-        except ValueError as exc:
-            dropped += 1
-            problem = problem or (seq, offset, str(exc) or type(exc).__name__)
-        else:
-            first = seen.get(message.id) if message.id else None
-            if first is None:
-                if message.id:
-                    seen[message.id] = line
-                kept.append(line)
-            else:
-                dropped += 1
-                if first != line:
-                    reason = f"id {message.id!r} is already used by an earlier, different row"
-                    problem = problem or (seq, offset, reason)
-        offset += len(line) + 1
-    return kept, dropped, problem
+                saved = f"the quarantine table of {self._path} (repair {repair_no})"
+            if plan.dropped:
+                self._replace_rows(c, s.id, [line[:-1] for line in plan.kept])
+            return CompactionReport(key, plan, saved, False)
