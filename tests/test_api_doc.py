@@ -1,6 +1,6 @@
 """docs/api.md cannot drift from the code: every member of the backend protocol has a
-section whose heading is its exact signature, every public member of SessionStore and
-AsyncSessionStore is documented, nothing documented is missing from the code, and the
+section whose heading is its exact signature, every public member of SessionStore,
+AsyncSessionStore and SqliteSessionStore is documented, nothing documented is missing from the code, and the
 errors and data types listed are the exported ones with their fields and base types."""
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ import pytest
 import jsonl_sessions
 from jsonl_sessions import errors
 from jsonl_sessions.protocol import AsyncSessionBackend, SessionBackend
+from jsonl_sessions.sqlite import SqliteSessionStore
 
 API = pathlib.Path(__file__).resolve().parent.parent / "docs" / "api.md"
 CLASSES: dict[str, type] = {"SessionStore": jsonl_sessions.SessionStore,
-                            "AsyncSessionStore": jsonl_sessions.AsyncSessionStore}
+                            "AsyncSessionStore": jsonl_sessions.AsyncSessionStore,
+                            "SqliteSessionStore": SqliteSessionStore}
 
 
 def _annotation(value: Any) -> str:
@@ -103,7 +105,7 @@ def test_nothing_documented_is_missing_from_the_code() -> None:
         owner, _, attr = name.partition(".")
         if name in PROTOCOL:
             continue
-        assert owner in CLASSES, f"`### {name}` is neither a protocol member nor SessionStore / AsyncSessionStore"
+        assert owner in CLASSES, f"`### {name}` is neither a protocol member nor a member of {sorted(CLASSES)}"
         cls = CLASSES[owner]
         if not attr:  # the constructor
             assert rest == render(cls.__init__, drop_first=True, returns=False), name

@@ -51,9 +51,6 @@ _SESSION_COLUMNS = "id, meta, message_count, size_bytes, activity_ns"
 class SqliteCore:
     """A session store in one SQLite file: the core (see :class:`SqliteSessionStore`)."""
 
-    #: The data outlives the object: a new instance on the same file sees it.
-    persistent = True
-
     def __init__(
         self,
         path: str | os.PathLike[str],
