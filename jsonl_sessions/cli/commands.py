@@ -17,7 +17,7 @@ import orjson
 from ..errors import InvalidMessageError, SessionExistsError, SessionNotFoundError
 from ..keys import key_to_stem
 from ..lines import BOM
-from ..sqlite import SqliteSessionStore
+from ..store import SessionStore
 from ..types import ChatMessage, SessionMetadata, SessionQuery
 from .common import (
     EXIT_FAILURE,
@@ -29,6 +29,7 @@ from .common import (
     open_store,
     out,
     quarantine_files,
+    resolve_root,
     sessions_out,
 )
 from .foreign import export_to, import_from
@@ -53,7 +54,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         sessions = [md for md in sessions if (md.state or "none") == args.state]
     get, descending = SORTS[args.sort]
     sessions.sort(key=get, reverse=descending != args.reverse)
-    sessions_out(args, sessions, f"no sessions in {store.root}")
+    sessions_out(args, sessions, f"no sessions in {resolve_root(args.root)}")
     return EXIT_OK
 
 
@@ -196,6 +197,6 @@ def cmd_rm(args: argparse.Namespace) -> int:
                     status = EXIT_FAILURE
                     continue
             store.delete_session(key)
-        kept = [] if isinstance(store, SqliteSessionStore) else sorted(quarantine_files(store.root, key_to_stem(key)))
+        kept = sorted(quarantine_files(store.root, key_to_stem(key))) if isinstance(store, SessionStore) else []
         out(f"removed session {key!r}" + (f" (kept its quarantine files: {', '.join(kept)})" if kept else ""))
     return status

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from ..layout import classify
+from ..protocol import SessionBackend
 from ..sqlite import SqliteSessionStore
 from ..store import SessionStore
 from ..types import ChatMessage, SessionMetadata
@@ -75,6 +76,8 @@ def existing_root(args: argparse.Namespace) -> str:
 
 #: File name endings taken for a SQLite store by ``--backend auto``.
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+#: The stores the command line opens; commands that only call the backend contract take a
+#: :class:`SessionBackend` instead.
 Store = SessionStore | SqliteSessionStore
 
 
@@ -97,23 +100,40 @@ def is_sqlite(args: argparse.Namespace) -> bool:
     return is_sqlite_path(resolve_root(args.root), getattr(args, "backend", "auto"))
 
 
-def open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
+def open_path(path: str, *, sqlite: bool, lock_timeout: float | None) -> Store:
+    """The one place the command line makes a store: a SQLite file or a JSONL directory
+    at ``path`` (created when missing; callers check first when it must exist)."""
+    if sqlite:
+        return SqliteSessionStore(path, lock_timeout=lock_timeout)
+    return SessionStore(path, lock_timeout=lock_timeout)
+
+
+def open_concrete(args: argparse.Namespace, *, create: bool = False) -> Store:
     """The store at the resolved root: a JSONL directory, or a SQLite file (see
     :func:`is_sqlite`). Unless ``create``, a missing root is a usage error (so a typo in
     ``--root`` never silently creates an empty store). Opening a JSONL store removes temp
     files that interrupted writes left for idle sessions (docs/format.md)."""
     if is_sqlite(args):
-        return open_sqlite(args, create=create)
+        path = resolve_root(args.root)
+        if not create and not os.path.isfile(path):
+            raise UsageError(f"no SQLite store at {path}: the file does not exist (give --root FILE or set {ENV_ROOT})")
+        return open_path(path, sqlite=True, lock_timeout=args.lock_timeout)
     root = resolve_root(args.root) if create else existing_root(args)
-    return SessionStore(root, lock_timeout=args.lock_timeout)
+    return open_path(root, sqlite=False, lock_timeout=args.lock_timeout)
 
 
-def open_sqlite(args: argparse.Namespace, *, create: bool = False) -> SqliteSessionStore:
-    """The SQLite store at the resolved root; unless ``create``, a missing file is a usage error."""
-    path = resolve_root(args.root)
-    if not create and not os.path.isfile(path):
-        raise UsageError(f"no SQLite store at {path}: the file does not exist (give --root FILE or set {ENV_ROOT})")
-    return SqliteSessionStore(path, lock_timeout=args.lock_timeout)
+def open_store(args: argparse.Namespace, *, create: bool = False) -> SessionBackend:
+    """:func:`open_concrete`, typed as the backend contract (what most commands use)."""
+    return open_concrete(args, create=create)
+
+
+def open_sqlite(args: argparse.Namespace) -> SqliteSessionStore:
+    """The SQLite store the arguments name (:func:`is_sqlite` holds); a usage error when
+    the file does not exist."""
+    store = open_concrete(args)
+    if not isinstance(store, SqliteSessionStore):  # is_sqlite(args) was checked by the caller
+        raise UsageError(f"{store.root} is not a SQLite store")
+    return store
 
 
 def quarantine_files(root: str, stem: str) -> set[str]:

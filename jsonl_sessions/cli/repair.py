@@ -8,13 +8,13 @@ import argparse
 from ..sqlite import SqliteSessionStore
 from ..store import SessionStore, compaction_report
 from . import sqlite as sqlite_cli
-from .common import EXIT_OK, open_store, out
+from .common import EXIT_OK, open_concrete, out
 from .format import clean, short
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
     """``repair KEY`` on the store the arguments name."""
-    store = open_store(args)
+    store = open_concrete(args)
     if isinstance(store, SqliteSessionStore):
         return sqlite_cli.run_repair(store, args.key)
     return run_repair(store, args.key)

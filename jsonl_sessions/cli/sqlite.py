@@ -19,8 +19,7 @@ from typing import Any
 from ..errors import SessionNotFoundError
 from ..sqlite import SqliteSessionStore, VerifyReport, migrate
 from ..sqlite.verify import KINDS
-from ..store import SessionStore
-from .common import EXIT_FAILURE, EXIT_OK, PROG, Store, UsageError, err, is_sqlite_path, json_out, out
+from .common import EXIT_FAILURE, EXIT_OK, PROG, Store, UsageError, err, is_sqlite_path, json_out, open_path, out
 from .format import clean, short, when
 from .format import size as fmt_size
 
@@ -28,13 +27,10 @@ from .format import size as fmt_size
 # -- migrate ----------------------------------------------------------------------------------
 def _open(path: str, backend: str, *, create: bool, lock_timeout: float) -> Store:
     path = os.path.abspath(os.path.expanduser(path))
-    if is_sqlite_path(path, backend):
-        if not create and not os.path.isfile(path):
-            raise UsageError(f"no SQLite store at {path}")
-        return SqliteSessionStore(path, lock_timeout=lock_timeout)
-    if not create and not os.path.isdir(path):
-        raise UsageError(f"no store at {path}: not a directory")
-    return SessionStore(path, lock_timeout=lock_timeout)
+    sqlite = is_sqlite_path(path, backend)
+    if not create and not (os.path.isfile(path) if sqlite else os.path.isdir(path)):
+        raise UsageError(f"no SQLite store at {path}" if sqlite else f"no store at {path}: not a directory")
+    return open_path(path, sqlite=sqlite, lock_timeout=lock_timeout)
 
 
 class ProgressBar:

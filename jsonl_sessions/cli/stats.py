@@ -10,9 +10,8 @@ from typing import Any
 
 from .. import _platform
 from ..layout import TMP_SUFFIX, SessionFiles, classify
-from ..store import SessionStore
 from . import sqlite as sqlite_cli
-from .common import EXIT_OK, PROG, existing_root, is_sqlite, json_out, open_sqlite, out
+from .common import EXIT_OK, PROG, existing_root, is_sqlite, json_out, open_path, open_sqlite, out
 from .format import clean, when
 from .format import size as fmt_size
 
@@ -66,7 +65,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return sqlite_cli.run_stats(open_sqlite(args), as_json=args.json)
     root = existing_root(args)
     temps = _temp_files(root)  # before opening the store, which removes those of idle sessions
-    store = SessionStore(root, lock_timeout=args.lock_timeout)
+    store = open_path(root, sqlite=False, lock_timeout=args.lock_timeout)
     temps_removed = len(temps - _temp_files(root))
     sessions = store.list_sessions_with_metadata()
     states = Counter(md.state or "none" for md in sessions)

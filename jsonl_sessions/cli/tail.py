@@ -11,8 +11,9 @@ from collections.abc import Callable
 from ..control import read_head
 from ..errors import MessageNotFoundError, SessionNotFoundError, SessionStoreError
 from ..layout import SessionFiles
-from ..sqlite import SqliteSessionStore
-from .common import EXIT_OK, Printer, Store, err, open_store
+from ..protocol import SessionBackend
+from ..store import SessionStore
+from .common import EXIT_OK, Printer, err, open_store
 
 PAGE = 500  # messages per read when catching up
 _REANCHOR = 1000  # newest messages searched for new ones after a follow cursor vanished
@@ -33,17 +34,18 @@ def cmd_tail(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _probe(store: Store, key: str) -> Callable[[], Signature]:
+def _probe(store: SessionBackend, key: str) -> Callable[[], Signature]:
     """How to tell that the session changed: file stats and the control counter of a JSONL
-    session; the count, size and last-activity time kept in a SQLite session's row."""
-    if isinstance(store, SqliteSessionStore):
-        def row() -> Signature:
-            md = store.get_session_metadata(key)
-            return None if md is None else (md.message_count, md.size_bytes, int(md.updated_at.timestamp() * 1e6)
-                                            if md.updated_at else 0, 0)
-        return row
-    files = SessionFiles.of(store.root, key)
-    return lambda: _signature(files.transcript, files.lock)
+    session; for any other backend, the count, size and last-activity time of its metadata."""
+    if isinstance(store, SessionStore):
+        files = SessionFiles.of(store.root, key)
+        return lambda: _signature(files.transcript, files.lock)
+
+    def row() -> Signature:
+        md = store.get_session_metadata(key)
+        return None if md is None else (md.message_count, md.size_bytes, int(md.updated_at.timestamp() * 1e6)
+                                        if md.updated_at else 0, 0)
+    return row
 
 
 Signature = tuple[int, int, int, int] | None
@@ -63,7 +65,7 @@ def _signature(transcript: str, lock: str) -> Signature:
     return st.st_ino, st.st_size, st.st_mtime_ns, seq
 
 
-def _follow(store: Store, key: str, last: str | None, seen: Signature, probe: Callable[[], Signature],
+def _follow(store: SessionBackend, key: str, last: str | None, seen: Signature, probe: Callable[[], Signature],
             printer: Printer, interval: float) -> None:
     """Print messages as they are appended, like ``tail -f``, until interrupted. Polls the
     session's signature (``probe``) every ``interval`` seconds and, when
@@ -89,7 +91,7 @@ def _follow(store: Store, key: str, last: str | None, seen: Signature, probe: Ca
         last = _catch_up(store, key, last, printer)
 
 
-def _catch_up(store: Store, key: str, last: str | None, printer: Printer) -> str | None:
+def _catch_up(store: SessionBackend, key: str, last: str | None, printer: Printer) -> str | None:
     while True:
         try:
             page = store.page(key, limit=PAGE, after=last or "")
