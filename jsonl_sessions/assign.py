@@ -9,7 +9,7 @@ ids between the two (:func:`jsonl_sessions.ids.ids_between`). ``created_at`` def
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import codec, ids
@@ -63,6 +63,22 @@ def assign_ids(
         prev = new_ids[-1]
         i = j
     return records
+
+
+def replacement_record(key: str, message: ChatMessage, old: Mapping[str, Any], clock: Callable[[], int],
+                       previous: Callable[[], str | None], exists: Callable[[str], bool]) -> dict[str, Any]:
+    """The record that replaces the newest record ``old`` by ``message`` (``update_last``):
+    it keeps ``old``'s id and ``created_at`` unless ``message`` carries its own. A new id
+    (or a first one) is assigned as by :func:`assign_ids` after ``previous()`` (the id
+    before ``old``), with ``exists`` telling a duplicate. ``clock`` is called once when a
+    time is needed. Raises :class:`InvalidMessageError` / :class:`DuplicateMessageError`."""
+    old_id = old.get("id") or ""
+    new_id = message.id or old_id
+    if message.created_at is None and isinstance(old.get("created_at"), int):
+        message = message.replace(created_at=old["created_at"])
+    if new_id != old_id or not new_id:
+        return assign_ids(key, [message], previous(), clock(), exists)[0]
+    return codec.record_of(message, new_id, message.created_at if message.created_at is not None else clock())
 
 
 def _run_ids(key: str, messages: Sequence[ChatMessage], i: int, j: int, prev: str | None, now: int,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import codec, sidecar, snapshot
-from .assign import assign_ids
+from .assign import assign_ids, replacement_record
 from .errors import CorruptTranscriptError, SessionNotFoundError, UnsafePathError
 from .layout import SessionFiles
 from .lines import Tail, iter_lines_backward, line_number_of
@@ -170,20 +170,13 @@ def update_last(root: Root, files: SessionFiles, m: ChatMessage, expected_id: st
         old = newest(tx)
         if old is None:
             return False
-        old_id = old.get("id") or ""
-        if expected_id is not None and old_id != expected_id:
+        if expected_id is not None and (old.get("id") or "") != expected_id:
             return False
-        new_id = m.id or old_id
-        if m.created_at is None and isinstance(old.get("created_at"), int):
-            m = m.replace(created_at=old["created_at"])
         tail = tx.tail()
-        if new_id != old_id or not new_id:
-            fd = tx.fd
-            records = assign_ids(files.key, [m], previous_id(fd, tail), root.clock(),
-                                 lambda mid: has_id(fd, tail.last_start, mid))
-        else:
-            records = [codec.record_of(m, new_id, m.created_at if m.created_at is not None else root.clock())]
-        tx.rewrite_tail(tail.last_start, _encode(root, files.key, records)[0])
+        fd = tx.fd
+        record = replacement_record(files.key, m, old, root.clock, lambda: previous_id(fd, tail),
+                                    lambda mid: has_id(fd, tail.last_start, mid))
+        tx.rewrite_tail(tail.last_start, _encode(root, files.key, [record])[0])
         return True
 
 

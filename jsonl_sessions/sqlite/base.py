@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from .. import codec, ids, sidecar
-from ..assign import assign_ids
+from ..assign import assign_ids, replacement_record
 from ..errors import (
     CorruptTranscriptError,
     InvalidMessageError,
@@ -328,17 +328,14 @@ class SqliteCore:
             old_id = old.get("id") or ""
             if expected_id is not None and old_id != expected_id:
                 return False
-            new_id = m.id or old_id
-            if m.created_at is None and isinstance(old.get("created_at"), int):
-                m = m.replace(created_at=old["created_at"])
-            if new_id != old_id or not new_id:
+
+            def previous() -> str | None:
                 row = c.execute("SELECT id FROM messages WHERE session = ? AND seq < ? AND id IS NOT NULL "
                                 "ORDER BY seq DESC LIMIT 1", (s.id, seq)).fetchone()
-                previous = None if row is None else (row[0] or None)
-                records = self._assign(key, [m.replace(id=new_id)], previous,
-                                       lambda mid: mid != old_id and self._has_id(c, s.id, mid))
-            else:
-                records = [codec.record_of(m, new_id, m.created_at if m.created_at is not None else self._clock())]
+                return None if row is None else (row[0] or None)
+
+            records = [replacement_record(key, m, old, self._clock, previous,
+                                          lambda mid: mid != old_id and self._has_id(c, s.id, mid))]
             line = self._encode(key, records)[0]
             c.execute("DELETE FROM messages WHERE session = ? AND seq = ?", (s.id, seq))
             self._insert(c, s.id, seq, [line], records)

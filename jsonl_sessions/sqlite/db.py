@@ -55,6 +55,19 @@ _OS_ERRORS = {13: (errno.ENOSPC, "database or disk is full"), 10: (errno.EIO, "d
               8: (errno.EROFS, "attempt to write a readonly database"), 14: (errno.EACCES, "unable to open database")}
 
 
+@contextlib.contextmanager
+def os_errors() -> Iterator[None]:
+    """Raise the :class:`OSError` a SQLite error raised in the block stands for (see
+    :func:`os_error`) in its place; any other error passes unchanged."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        mapped = os_error(exc)
+        if mapped is not None:
+            raise mapped from exc
+        raise
+
+
 def os_error(exc: BaseException) -> OSError | None:
     """The :class:`OSError` a SQLite error stands for (disk full, I/O error, read-only
     file, cannot open), so that callers catch file-system failures as with the JSONL
@@ -183,24 +196,20 @@ class Database:
         self._begin(conn, key)
         local.depth, local.aborted = 1, None
         try:
-            try:
-                yield conn
-            except BaseException:
-                if keep_on_error and conn.in_transaction and local.aborted is None:
-                    self._commit(conn)
-                elif conn.in_transaction:
-                    conn.rollback()
-                raise
-            if local.aborted is not None:  # what the block's calls did was lost with it: say so
-                if conn.in_transaction:
-                    conn.rollback()
-                raise _aborted(local.aborted)
-            self._commit(conn)
-        except sqlite3.Error as exc:
-            mapped = os_error(exc)
-            if mapped is not None:
-                raise mapped from exc
-            raise
+            with os_errors():
+                try:
+                    yield conn
+                except BaseException:
+                    if keep_on_error and conn.in_transaction and local.aborted is None:
+                        self._commit(conn)
+                    elif conn.in_transaction:
+                        conn.rollback()
+                    raise
+                if local.aborted is not None:  # what the block's calls did was lost with it: say so
+                    if conn.in_transaction:
+                        conn.rollback()
+                    raise _aborted(local.aborted)
+                self._commit(conn)
         finally:
             local.depth, local.aborted = 0, None
 
@@ -226,12 +235,8 @@ class Database:
         conn.execute("BEGIN")
         local.reading = 1
         try:
-            yield conn
-        except sqlite3.Error as exc:
-            mapped = os_error(exc)
-            if mapped is not None:
-                raise mapped from exc
-            raise
+            with os_errors():
+                yield conn
         finally:
             local.reading = 0
             with contextlib.suppress(sqlite3.Error):
