@@ -9,8 +9,11 @@ machine run the same way.
 from __future__ import annotations
 
 import os
+from typing import TypeVar
 
 from hypothesis import HealthCheck, settings
+
+T = TypeVar("T")
 
 SOAK = os.environ.get("JSONL_SESSIONS_SOAK") == "1"
 #: How many times more examples a soak runs.
@@ -22,7 +25,15 @@ settings.register_profile("lean", max_examples=50, deadline=None, suppress_healt
 settings.register_profile("soak", max_examples=500, deadline=None, suppress_health_check=RELAXED)
 
 
-def machine_settings(examples: int, steps: int = 50) -> settings:
-    """``examples`` programs of up to ``steps`` steps (x10 examples and x2 steps in a soak)."""
-    return settings(max_examples=examples * SCALE, stateful_step_count=steps * (2 if SOAK else 1), deadline=None,
+def sized(lean: T, soak: T) -> T:
+    """``soak`` with ``JSONL_SESSIONS_SOAK=1``, else ``lean`` (a smaller run of the same check)."""
+    return soak if SOAK else lean
+
+
+def machine_settings(examples: int, steps: int = 50, *, soak_examples: int | None = None) -> settings:
+    """``examples`` programs of up to ``steps`` steps (x2 steps and ``soak_examples``, by
+    default x10 examples, in a soak)."""
+    if SOAK:
+        examples = soak_examples if soak_examples is not None else examples * SCALE
+    return settings(max_examples=examples, stateful_step_count=steps * (2 if SOAK else 1), deadline=None,
                     suppress_health_check=RELAXED)

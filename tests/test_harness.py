@@ -63,18 +63,18 @@ HAS_FORK = hasattr(os, "fork") and hasattr(signal, "SIGKILL")
 
 
 # -- the state machine (SessionStore's own configurations: test_state_machine.py) -----------
-MACHINES: dict[str, tuple[Callable[..., Any], bool, int]] = {
-    # name: (factory, manual clock, examples)
-    "MemorySessionStore-manual-clock": (lambda p, c: MemorySessionStore(p, clock=c), True, 35),
-    "MemorySessionStore-wall-clock": (lambda p: MemorySessionStore(p), False, 15),
+MACHINES: dict[str, tuple[Callable[..., Any], bool, int, int]] = {
+    # name: (factory, manual clock, examples, examples in a soak)
+    "MemorySessionStore-manual-clock": (lambda p, c: MemorySessionStore(p, clock=c), True, 15, 350),
+    "MemorySessionStore-wall-clock": (lambda p: MemorySessionStore(p), False, 6, 150),
 }
 
 
 @pytest.mark.parametrize("name", sorted(MACHINES))
 def test_state_machine(name: str, request: pytest.FixtureRequest) -> None:
-    factory, manual, examples = MACHINES[name]
+    factory, manual, examples, soak_examples = MACHINES[name]
     machine = make_state_machine(factory, manual_clock=manual, name=name.replace("-", "_"))
-    run_state_machine_as_test(machine, settings=machine_settings(examples))
+    run_state_machine_as_test(machine, settings=machine_settings(examples, soak_examples=soak_examples))
     stats = machine.stats
     assert stats["examples"] >= examples and stats["steps"] > examples
     assert stats["errors checked"] > examples, dict(stats)  # refusals are exercised, not just reached

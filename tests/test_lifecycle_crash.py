@@ -12,7 +12,7 @@
   middle of a turn, so its transcript only ever holds whole turns).
 
 The kill lands at a uniformly random moment of the operation: each test first runs one
-trial to completion to time it. Trials per test: ``TRIALS`` (x5 with
+trial to completion to time it. Trials per test: ``TRIALS`` (3; 25 with
 ``JSONL_SESSIONS_SOAK=1``); seeds derive from ``JSONL_SESSIONS_SEED``.
 """
 
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.skipif(
 WORKER = str(pathlib.Path(__file__).with_name("lifecycle_worker.py"))
 SOAK = os.environ.get("JSONL_SESSIONS_SOAK") == "1"
 BASE_SEED = int(os.environ.get("JSONL_SESSIONS_SEED", "20240611"))
-TRIALS = 5 * (5 if SOAK else 1)
+TRIALS = 25 if SOAK else 3
 SESSIONS = 200
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _budget import sized
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -36,9 +37,6 @@ from jsonl_sessions import (
 from jsonl_sessions.sqlite import SCHEMA_VERSION, SchemaError, SqliteSessionStore
 from jsonl_sessions.sqlite.rows import index_of
 from jsonl_sessions.testing import SessionStoreContract, make_state_machine
-
-SOAK = os.environ.get("JSONL_SESSIONS_SOAK") == "1"
-SCALE = 10 if SOAK else 1
 
 
 class SqliteStorage:
@@ -137,9 +135,9 @@ class TestSqliteContract(SessionStoreContract):
 
 MACHINES: dict[str, tuple[Any, bool, Any, int]] = {
     # name: (factory, manual clock, storage capability, examples)
-    "fsync-wall-clock": (lambda p: SqliteSessionStore(p / "s.db", durability="fsync"), False, None, 8),
+    "fsync-wall-clock": (lambda p: SqliteSessionStore(p / "s.db", durability="fsync"), False, None, sized(4, 80)),
     "flush-manual-clock-storage": (lambda p, c: SqliteSessionStore(p / "s.db", durability="flush", clock=c), True,
-                                   SqliteStorage, 14),
+                                   SqliteStorage, sized(8, 140)),
 }
 
 
@@ -149,7 +147,7 @@ def test_state_machine(name: str) -> None:
     machine = make_state_machine(factory, manual_clock=manual, storage=storage,
                                  name=f"Sqlite_{name.replace('-', '_')}")
     run_state_machine_as_test(machine, settings=settings(
-        max_examples=examples * SCALE, stateful_step_count=40, deadline=None,
+        max_examples=examples, stateful_step_count=40, deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]))
     assert machine.stats["fresh-store checks"] > 0
     if storage is not None:  # the storage rules ran: rows damaged by another tool, sessions aged

@@ -10,8 +10,8 @@ directory), and a *fresh* store on the same directory checked at every step:
 - ``fsync`` on the wall clock (times read back, within the call's window);
 - a frozen clock (every id of a run made in one millisecond).
 
-What each configuration exercised is in the run's summary. ``JSONL_SESSIONS_SOAK=1``
-runs ten times the examples and longer programs.
+What each configuration exercised is in the run's summary. By default each runs 6-20
+programs of up to 50 steps; ``JSONL_SESSIONS_SOAK=1`` runs 150-500 programs of up to 100.
 """
 
 from __future__ import annotations
@@ -31,21 +31,21 @@ from jsonl_sessions.testing import JsonlFileDamage, ManualClock, make_state_mach
 
 START_MS = 1_700_000_000_000
 
-#: name: (factory, clock: "manual" / "wall" / "frozen", examples)
-CONFIGURATIONS: dict[str, tuple[Callable[..., Any], str, int]] = {
-    "fsync-manual-clock": (lambda p, c: SessionStore(p, durability="fsync", clock=c), "manual", 30),
-    "flush-manual-clock": (lambda p, c: SessionStore(p, durability="flush", clock=c), "manual", 50),
-    "fsync-wall-clock": (lambda p: SessionStore(p, durability="fsync"), "wall", 15),
-    "flush-frozen-clock": (lambda p, c: SessionStore(p, durability="flush", clock=c), "frozen", 20),
+#: name: (factory, clock: "manual" / "wall" / "frozen", examples, examples in a soak)
+CONFIGURATIONS: dict[str, tuple[Callable[..., Any], str, int, int]] = {
+    "fsync-manual-clock": (lambda p, c: SessionStore(p, durability="fsync", clock=c), "manual", 12, 300),
+    "flush-manual-clock": (lambda p, c: SessionStore(p, durability="flush", clock=c), "manual", 20, 500),
+    "fsync-wall-clock": (lambda p: SessionStore(p, durability="fsync"), "wall", 6, 150),
+    "flush-frozen-clock": (lambda p, c: SessionStore(p, durability="flush", clock=c), "frozen", 10, 200),
 }
 
 
 @pytest.mark.parametrize("name", list(CONFIGURATIONS))
 def test_store_agrees_with_model(name: str, request: pytest.FixtureRequest) -> None:
-    factory, clock, examples = CONFIGURATIONS[name]
+    factory, clock, examples, soak_examples = CONFIGURATIONS[name]
     machine = make_state_machine(factory, manual_clock=clock == "manual", frozen_clock=clock == "frozen",
                                  storage=JsonlFileDamage, name=f"SessionStore_{name.replace('-', '_')}")
-    run_state_machine_as_test(machine, settings=machine_settings(examples))
+    run_state_machine_as_test(machine, settings=machine_settings(examples, soak_examples=soak_examples))
     stats = machine.stats
     assert stats["fresh-store checks"] == stats["steps"] > examples, "a fresh store is checked at every step"
     assert stats["errors checked"] > examples, dict(stats)
