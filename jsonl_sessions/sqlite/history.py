@@ -14,21 +14,16 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from typing import Any
 
-from .. import codec, sidecar
+from .. import sidecar
 from ..errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError
 from ..keys import validate_key
-from ..records import calls, decode_or_none, tool_call_id_of
+from ..pagewalk import TURN_SEARCH_LINES, Item, Lines, Reading, make_page, walk_back, walk_forward
+from ..records import calls, decode_or_none
 from ..rules import check_page_arguments, check_window
-from ..types import ChatMessage, Page, from_record
+from ..types import ChatMessage, Page
 from . import rows
 from .base import SessionRow, SqliteCore
-
-#: ``whole_turns``: how many rows before a tool result its call is looked for (as the JSONL backend).
-TURN_SEARCH_ROWS = 1024
-
-Row = tuple[int, "int | None", bytes]  # (seq, created_at, line)
 
 
 def _usable_id(message_id: object) -> bool:
@@ -42,11 +37,11 @@ def _usable_id(message_id: object) -> bool:
     return True
 
 
-def _backward(c: sqlite3.Connection, sid: int, end: int, chunk: int = 32) -> Iterator[Row]:
-    """The rows before position ``end``, newest first, fetched in growing chunks (the first
-    of ``chunk`` rows)."""
+def _backward(c: sqlite3.Connection, sid: int, end: int, chunk: int = 32) -> Iterator[Item]:
+    """``(seq, line)`` of the rows before position ``end``, newest first, fetched in
+    growing chunks (the first of ``chunk`` rows)."""
     while end > 0:
-        got = c.execute("SELECT seq, created_at, line FROM messages WHERE session = ? AND seq < ? "
+        got = c.execute("SELECT seq, line FROM messages WHERE session = ? AND seq < ? "
                         "ORDER BY seq DESC LIMIT ?", (sid, end, chunk)).fetchall()
         if not got:
             return
@@ -55,11 +50,11 @@ def _backward(c: sqlite3.Connection, sid: int, end: int, chunk: int = 32) -> Ite
         chunk = min(chunk * 4, 4096)
 
 
-def _forward(c: sqlite3.Connection, sid: int, start: int, chunk: int = 32) -> Iterator[Row]:
-    """The rows from position ``start`` on, oldest first, fetched in growing chunks (the
-    first of ``chunk`` rows)."""
+def _forward(c: sqlite3.Connection, sid: int, start: int, chunk: int = 32) -> Iterator[Item]:
+    """``(seq, line)`` of the rows from position ``start`` on, oldest first, fetched in
+    growing chunks (the first of ``chunk`` rows)."""
     while True:
-        got = c.execute("SELECT seq, created_at, line FROM messages WHERE session = ? AND seq >= ? "
+        got = c.execute("SELECT seq, line FROM messages WHERE session = ? AND seq >= ? "
                         "ORDER BY seq LIMIT ?", (sid, start, chunk)).fetchall()
         if not got:
             return
@@ -68,59 +63,11 @@ def _forward(c: sqlite3.Connection, sid: int, start: int, chunk: int = 32) -> It
         chunk = min(chunk * 4, 4096)
 
 
-class _Rows:
-    """An iterator of rows that rows can be pushed back onto."""
-
-    __slots__ = ("_it", "_pending")
-
-    def __init__(self, it: Iterator[Row]) -> None:
-        self._it = it
-        self._pending: list[Row] = []
-
-    def __iter__(self) -> _Rows:
-        return self
-
-    def __next__(self) -> Row:
-        if self._pending:
-            return self._pending.pop()
-        return next(self._it)
-
-    def push_back(self, items: list[Row]) -> None:
-        self._pending.extend(reversed(items))
-
-
-class _Reading:
-    """The filter of one page read, and the corrupt rows met (seq -> reason)."""
-
-    __slots__ = ("bad", "ts_before")
-
-    def __init__(self, ts_before: int | None) -> None:
-        self.ts_before = ts_before
-        self.bad: dict[int, str] = {}
-
-    def accept(self, row: Row) -> dict[str, Any] | None:
-        """The row's record if it is a message passing the filter, else None (corrupt rows
-        are remembered for the warning)."""
-        seq, created, line = row
-        if self.ts_before is not None and (created is None or created >= self.ts_before):
-            return None
-        try:
-            return codec.decode_record(line)
-        except ValueError as exc:
-            self.bad.setdefault(seq, str(exc) or type(exc).__name__)
-            return None
-
-    def warn(self, key: str, path: str) -> None:
-        if self.bad:
-            first = min(self.bad)
-            rows.log.warning("skipped %d corrupt row(s) of session %r in %s; first at line %d: %s",
-                             len(self.bad), key, path, first + 1, self.bad[first])
-
-
-def _page(picked: list[tuple[int, dict[str, Any]]], has_more: bool, older: bool, newer: bool) -> Page:
-    """The page of ``picked`` (oldest first), with a cursor at each end that has more."""
-    messages = [from_record(record) for _, record in picked]
-    return Page(messages, has_more, messages[0].id if older else None, messages[-1].id if newer else None)
+def _warn(reading: Reading, key: str, path: str) -> None:
+    if reading.bad:
+        first = min(reading.bad)
+        rows.log.warning("skipped %d corrupt row(s) of session %r in %s; first at line %d: %s",
+                         len(reading.bad), key, path, first + 1, reading.bad[first])
 
 
 class HistoryMethods(SqliteCore):
@@ -212,14 +159,14 @@ class HistoryMethods(SqliteCore):
         find a cursor plus O(page) rows (``ts_before`` reads the rows it skips)."""
         check_page_arguments(limit, before, after, ts_before)
         validate_key(key)
-        reading = _Reading(ts_before)
+        reading = Reading(ts_before)
         with self._db.read() as c:
             s = self._existing(c, key)
             if after is None:
                 got = self._page_backward(c, s, limit, before, reading, breakpoint, whole_turns)
             else:
                 got = self._page_forward(c, s, limit, after, reading, breakpoint, whole_turns)
-        reading.warn(key, self._path)
+        _warn(reading, key, self._path)
         return got
 
     def _cursor(self, c: sqlite3.Connection, s: SessionRow, message_id: str) -> int:
@@ -229,106 +176,33 @@ class HistoryMethods(SqliteCore):
         return seq
 
     def _page_backward(self, c: sqlite3.Connection, s: SessionRow, limit: int, before: str | None,
-                       reading: _Reading, breakpoint: bool, whole_turns: bool) -> Page:
+                       reading: Reading, breakpoint: bool, whole_turns: bool) -> Page:
         end, newer = (s.count, False) if before is None else (self._cursor(c, s, before), True)
-        lines = _Rows(_backward(c, s.id, end, min(limit + 1, 4096)))
-        picked: list[tuple[int, dict[str, Any]]] = []  # newest first
-        newest: int | None = None
-        for row in lines:
-            if newest is None:
-                newest = row[0]
-            message = reading.accept(row)
-            if message is None:
-                continue
-            picked.append((row[0], message))
-            if len(picked) >= limit or (breakpoint and message.get("kind") == "compaction"):
-                break
+        lines = Lines(_backward(c, s.id, end, min(limit + 1, 4096)))
+        picked, newest = walk_back(lines, reading, limit, breakpoint, whole_turns)
         if not picked:
             return Page([], False, None, None)
-        if whole_turns:
-            self._widen_back(picked, lines, reading)
-        has_more = any(reading.accept(row) is not None for row in lines)
+        has_more = reading.any_left(lines)
         newer = newer or picked[0][0] != newest
         picked.reverse()
-        return _page(picked, has_more, has_more, newer)
-
-    @staticmethod
-    def _widen_back(picked: list[tuple[int, dict[str, Any]]], lines: _Rows, reading: _Reading) -> None:
-        """Widen a page (``picked``, newest first) back to the call of the tool result it
-        begins with, while it begins with one whose call is among the rows before it."""
-        while True:
-            tool_call_id = tool_call_id_of(picked[-1][1])
-            if tool_call_id is None:
-                return
-            scanned: list[Row] = []
-            call = None
-            for row in lines:
-                scanned.append(row)
-                if b"tool_calls" in row[2]:
-                    found = decode_or_none(row[2])
-                    if found is not None and calls(found, tool_call_id):
-                        call = found
-                        break
-                if len(scanned) >= TURN_SEARCH_ROWS:
-                    break
-            if call is None:
-                lines.push_back(scanned)
-                return
-            for row in scanned[:-1]:
-                message = reading.accept(row)
-                if message is not None:
-                    picked.append((row[0], message))
-            picked.append((scanned[-1][0], call))  # the call itself, even if the filter would skip it
+        return make_page(picked, has_more, has_more, newer)
 
     def _page_forward(self, c: sqlite3.Connection, s: SessionRow, limit: int, after: str,
-                      reading: _Reading, breakpoint: bool, whole_turns: bool) -> Page:
+                      reading: Reading, breakpoint: bool, whole_turns: bool) -> Page:
         start = 0 if after == "" else self._cursor(c, s, after) + 1
-        lines = _Rows(_forward(c, s.id, start, min(limit + 1, 4096)))
-        picked: list[tuple[int, dict[str, Any]]] = []  # oldest first
-        for row in lines:
-            message = reading.accept(row)
-            if message is not None:
-                picked.append((row[0], message))
-                if len(picked) >= limit:
-                    break
+        lines = Lines(_forward(c, s.id, start, min(limit + 1, 4096)))
+        picked = walk_forward(lines, reading, limit, breakpoint, whole_turns,
+                              lambda seq, tool_call_id: self._call_before(c, s.id, seq, tool_call_id))
         if not picked:
             return Page([], False, None, None)
-        if breakpoint:
-            for i in range(len(picked) - 1, -1, -1):
-                if picked[i][1].get("kind") == "compaction":
-                    del picked[:i]
-                    break
-        if whole_turns:
-            self._extend_forward(c, s, picked, lines, reading)
-        has_more = any(reading.accept(row) is not None for row in lines)
-        return _page(picked, has_more, picked[0][0] != 0, has_more)
-
-    def _extend_forward(self, c: sqlite3.Connection, s: SessionRow, picked: list[tuple[int, dict[str, Any]]],
-                        lines: _Rows, reading: _Reading) -> None:
-        """Extend a page (``picked``, oldest first) at its newer end while the next message is
-        a tool result whose call is among the rows before it."""
-        while True:
-            skipped: list[Row] = []
-            message = None
-            for row in lines:
-                skipped.append(row)
-                message = reading.accept(row)
-                if message is not None:
-                    break
-            if message is None:
-                return
-            seq = skipped[-1][0]
-            tool_call_id = tool_call_id_of(message)
-            if tool_call_id is None or not self._call_before(c, s.id, seq, tool_call_id):
-                lines.push_back(skipped)
-                return
-            picked.append((seq, message))
+        has_more = reading.any_left(lines)
+        return make_page(picked, has_more, picked[0][0] != 0, has_more)
 
     @staticmethod
     def _call_before(c: sqlite3.Connection, sid: int, seq: int, tool_call_id: str) -> bool:
-        """Whether the call of ``tool_call_id`` is among the TURN_SEARCH_ROWS rows before ``seq``."""
+        """Whether the call of ``tool_call_id`` is among the TURN_SEARCH_LINES rows before ``seq``."""
         for (line,) in c.execute("SELECT line FROM messages WHERE session = ? AND seq < ? AND seq >= ? "
-                                 "ORDER BY seq DESC", (sid, seq, seq - TURN_SEARCH_ROWS)):
+                                 "ORDER BY seq DESC", (sid, seq, seq - TURN_SEARCH_LINES)):
             if b"tool_calls" in line:
                 found = decode_or_none(line)
                 if found is not None and calls(found, tool_call_id):

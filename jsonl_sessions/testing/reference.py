@@ -31,7 +31,7 @@ from ..errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
-from ..paging import TURN_SEARCH_LINES
+from ..pagewalk import TURN_SEARCH_LINES
 from ..rules import check_page_arguments
 from ..types import ChatMessage, Page, SessionMetadata, SessionState
 
