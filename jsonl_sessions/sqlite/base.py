@@ -205,6 +205,13 @@ class SqliteCore:
         except ValueError as exc:
             raise rows.corrupt(s.key, self._path, seq, s.size - len(line) - 1, str(exc)) from None
 
+    def _last_row(self, c: sqlite3.Connection, key: str) -> tuple[SessionRow, tuple[int, bytes, dict[str, Any]]] | None:
+        """The session's row and its newest message row (see :meth:`_newest`); None when
+        the session does not exist or is empty."""
+        s = self._session(c, key)
+        newest = None if s is None else self._newest(c, s)
+        return None if s is None or newest is None else (s, newest)
+
     # -- ids and encoding ------------------------------------------------------------------
     def _assign(self, key: str, messages: Sequence[ChatMessage], previous: str | None,
                 exists: Callable[[str], bool] = lambda _mid: False) -> list[dict[str, Any]]:
@@ -301,11 +308,10 @@ class SqliteCore:
         raises :class:`CorruptTranscriptError`, nothing changed. O(log n)."""
         validate_key(key)
         with self._db.write(key) as c:
-            s = self._session(c, key)
-            newest = None if s is None else self._newest(c, s)
-            if s is None or newest is None:
+            found = self._last_row(c, key)
+            if found is None:
                 return False
-            seq, line, record = newest
+            s, (seq, line, record) = found
             if expected_id is not None and (record.get("id") or "") != expected_id:
                 return False
             c.execute("DELETE FROM messages WHERE session = ? AND seq = ?", (s.id, seq))
@@ -320,11 +326,10 @@ class SqliteCore:
         validate_key(key)
         m = as_message(message)
         with self._db.write(key) as c:
-            s = self._session(c, key)
-            newest = None if s is None else self._newest(c, s)
-            if s is None or newest is None:
+            found = self._last_row(c, key)
+            if found is None:
                 return False
-            seq, old_line, old = newest
+            s, (seq, old_line, old) = found
             old_id = old.get("id") or ""
             if expected_id is not None and old_id != expected_id:
                 return False
