@@ -176,6 +176,29 @@ def _extend_forward(picked: Picked, lines: Lines, reading: Reading, call_before:
         picked.append((position, record))
 
 
+def page_back(lines: Lines, reading: Reading, limit: int, breakpoint: bool, whole_turns: bool, newer: bool) -> Page:
+    """The backward page read from ``lines`` (newest first; :func:`walk_back`); ``newer``:
+    there are messages after the first line (a ``before`` cursor was given)."""
+    picked, newest = walk_back(lines, reading, limit, breakpoint, whole_turns)
+    if not picked:
+        return Page([], False, None, None)
+    has_more = reading.any_left(lines)
+    newer = newer or picked[0][0] != newest
+    picked.reverse()
+    return make_page(picked, has_more, has_more, newer)
+
+
+def page_forward(lines: Lines, reading: Reading, limit: int, breakpoint: bool, whole_turns: bool,
+                 call_before: Callable[[int, str], bool], at_start: Callable[[int], bool]) -> Page:
+    """The forward page read from ``lines`` (oldest first; :func:`walk_forward`);
+    ``at_start(position)`` tells whether a line is the session's first."""
+    picked = walk_forward(lines, reading, limit, breakpoint, whole_turns, call_before)
+    if not picked:
+        return Page([], False, None, None)
+    has_more = reading.any_left(lines)
+    return make_page(picked, has_more, not at_start(picked[0][0]), has_more)
+
+
 def make_page(picked: Picked, has_more: bool, older: bool, newer: bool) -> Page:
     """The page of ``picked`` (oldest first), with the cursor of an end only when there is
     more beyond it: ``before`` the oldest when ``older``, ``after`` the newest when ``newer``."""
@@ -183,4 +206,5 @@ def make_page(picked: Picked, has_more: bool, older: bool, newer: bool) -> Page:
     return Page(messages, has_more, messages[0].id if older else None, messages[-1].id if newer else None)
 
 
-__all__ = ["TURN_SEARCH_LINES", "Lines", "Reading", "created_of", "make_page", "walk_back", "walk_forward"]
+__all__ = ["TURN_SEARCH_LINES", "Lines", "Reading", "created_of", "make_page", "page_back", "page_forward", "walk_back",
+           "walk_forward"]

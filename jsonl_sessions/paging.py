@@ -17,7 +17,7 @@ from . import _platform, snapshot
 from .errors import MessageNotFoundError, SessionNotFoundError
 from .layout import SessionFiles
 from .lines import BOM, find_line, iter_lines_backward, iter_lines_forward, read_tail, skip_backward, starts_file
-from .pagewalk import TURN_SEARCH_LINES, Lines, Reading, make_page, walk_back, walk_forward
+from .pagewalk import TURN_SEARCH_LINES, Lines, Reading, page_back, page_forward
 from .records import calls, decode_or_none
 from .rules import check_page_arguments
 from .transcript import parse
@@ -96,14 +96,7 @@ def _page_backward(files: SessionFiles, fd: int, size: int, limit: int, before: 
         bulk = _page_back_in_bulk(files, fd, end, limit, newer, breakpoint, whole_turns)
         if bulk is not None:
             return bulk
-    lines = Lines(backward(fd, end))
-    picked, newest = walk_back(lines, reading, limit, breakpoint, whole_turns)
-    if not picked:
-        return Page([], False, None, None)
-    has_more = reading.any_left(lines)
-    newer = newer or picked[0][0] != newest
-    picked.reverse()
-    return make_page(picked, has_more, has_more, newer)
+    return page_back(Lines(backward(fd, end)), reading, limit, breakpoint, whole_turns, newer)
 
 
 def _page_back_in_bulk(files: SessionFiles, fd: int, end: int, limit: int, newer: bool, breakpoint: bool,
@@ -146,10 +139,6 @@ def _page_forward(files: SessionFiles, fd: int, size: int, limit: int, after: st
         if found is None:
             raise MessageNotFoundError(key=files.key, message_id=after)
         pos = found[1]
-    lines = Lines(iter_lines_forward(fd, pos, size))
-    picked = walk_forward(lines, reading, limit, breakpoint, whole_turns,
-                          lambda start, tool_call_id: _call_before(fd, start, tool_call_id))
-    if not picked:
-        return Page([], False, None, None)
-    has_more = reading.any_left(lines)
-    return make_page(picked, has_more, not starts_file(fd, picked[0][0]), has_more)
+    return page_forward(Lines(iter_lines_forward(fd, pos, size)), reading, limit, breakpoint, whole_turns,
+                        lambda start, tool_call_id: _call_before(fd, start, tool_call_id),
+                        lambda start: starts_file(fd, start))

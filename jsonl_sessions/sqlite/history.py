@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from .. import sidecar
 from ..errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError
 from ..keys import validate_key
-from ..pagewalk import TURN_SEARCH_LINES, Item, Lines, Reading, make_page, walk_back, walk_forward
+from ..pagewalk import TURN_SEARCH_LINES, Item, Lines, Reading, page_back, page_forward
 from ..records import calls, decode_or_none
 from ..rules import check_page_arguments, check_window
 from ..types import ChatMessage, Page
@@ -178,25 +178,15 @@ class HistoryMethods(SqliteCore):
     def _page_backward(self, c: sqlite3.Connection, s: SessionRow, limit: int, before: str | None,
                        reading: Reading, breakpoint: bool, whole_turns: bool) -> Page:
         end, newer = (s.count, False) if before is None else (self._cursor(c, s, before), True)
-        lines = Lines(_backward(c, s.id, end, min(limit + 1, 4096)))
-        picked, newest = walk_back(lines, reading, limit, breakpoint, whole_turns)
-        if not picked:
-            return Page([], False, None, None)
-        has_more = reading.any_left(lines)
-        newer = newer or picked[0][0] != newest
-        picked.reverse()
-        return make_page(picked, has_more, has_more, newer)
+        return page_back(Lines(_backward(c, s.id, end, min(limit + 1, 4096))), reading, limit, breakpoint,
+                         whole_turns, newer)
 
     def _page_forward(self, c: sqlite3.Connection, s: SessionRow, limit: int, after: str,
                       reading: Reading, breakpoint: bool, whole_turns: bool) -> Page:
         start = 0 if after == "" else self._cursor(c, s, after) + 1
-        lines = Lines(_forward(c, s.id, start, min(limit + 1, 4096)))
-        picked = walk_forward(lines, reading, limit, breakpoint, whole_turns,
-                              lambda seq, tool_call_id: self._call_before(c, s.id, seq, tool_call_id))
-        if not picked:
-            return Page([], False, None, None)
-        has_more = reading.any_left(lines)
-        return make_page(picked, has_more, picked[0][0] != 0, has_more)
+        return page_forward(Lines(_forward(c, s.id, start, min(limit + 1, 4096))), reading, limit, breakpoint,
+                            whole_turns, lambda seq, tool_call_id: self._call_before(c, s.id, seq, tool_call_id),
+                            lambda seq: seq == 0)
 
     @staticmethod
     def _call_before(c: sqlite3.Connection, sid: int, seq: int, tool_call_id: str) -> bool:
