@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from . import _platform
 from .control import (
@@ -84,7 +84,8 @@ class GuardClosed(Exception):
 class SessionGuard:
     """The process-wide guard of one session. Use through :meth:`GuardRegistry.get`."""
 
-    __slots__ = ("_depth", "_fd", "_rlock", "changes", "closed", "count", "path", "record", "seq", "view")
+    __slots__ = ("_depth", "_fd", "_owner", "_rlock", "changes", "closed", "count", "leading", "path", "pending",
+                 "pending_cond", "record", "seq", "view")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -101,17 +102,20 @@ class SessionGuard:
         self.view: TranscriptView | None = None
         #: Bumped by every mutation of the transcript made under this guard in this process.
         self.changes = 0
+        self._owner = 0
+        #: Group commit (:mod:`jsonl_sessions.group`): appends queued for the next writer,
+        #: whether a thread is writing queued appends now, and the condition both change
+        #: under.
+        self.pending: list[Any] = []
+        self.leading = False
+        self.pending_cond = threading.Condition(threading.Lock())
 
     def acquire(self, timeout: float | None, key: str) -> bool:
         """Take the guard; True when this call took the process lock (depth 0 -> 1), so the
         caller must look at :attr:`record` and :attr:`seq` for recovery work; False when
         the thread already held it. Raises :class:`LockTimeoutError`, or
         :class:`GuardClosed` if the guard was evicted meanwhile (look it up again)."""
-        started = None  # the clock is read only when something has to wait
-        if not self._rlock.acquire(False):
-            started = time.monotonic()
-            if not self._rlock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
-                raise LockTimeoutError(key=key, path=self.path, timeout=timeout, holder_pid=os.getpid())
+        started = self._wait_turn(timeout, key)
         if self.closed:
             self._rlock.release()
             raise GuardClosed
@@ -131,6 +135,7 @@ class SessionGuard:
             self._rlock.release()
             raise
         self._depth = 1
+        self._owner = threading.get_ident()
         decoded = decode_head(head)
         self.seq = decoded.seq
         self.count = decoded.cache
@@ -138,6 +143,17 @@ class SessionGuard:
         if self.record is not None and len(head) == 4096:
             self.record = _platform.pread(self._fd, MAX_RECORD_BYTES, RECORD_OFFSET)
         return True
+
+    def _wait_turn(self, timeout: float | None, key: str) -> float | None:
+        """Take the thread lock: when the caller waited, the monotonic time it started
+        waiting. :class:`LockTimeoutError` (naming this process) when another thread
+        holds it past ``timeout``."""
+        if self._rlock.acquire(False):
+            return None  # the clock is read only when something has to wait
+        started = time.monotonic()
+        if not self._rlock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+            raise LockTimeoutError(key=key, path=self.path, timeout=timeout, holder_pid=os.getpid())
+        return started
 
     def _open(self, key: str) -> int:
         opened = open_regular(self.path, os.O_RDWR | os.O_CREAT, key)
@@ -164,9 +180,14 @@ class SessionGuard:
             if _platform.try_lock(self._fd):
                 return
 
+    def held_here(self) -> bool:
+        """Whether the calling thread holds the guard."""
+        return bool(self._depth) and self._owner == threading.get_ident()
+
     def release(self) -> None:
         self._depth -= 1
         if self._depth == 0:
+            self._owner = 0
             try:
                 _platform.unlock(self._fd)
             finally:

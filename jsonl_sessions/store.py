@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from . import _platform, history, maintenance, metadata, paging, search, sidecar
+from . import _platform, group, history, maintenance, metadata, paging, search, sidecar
 from . import messages as ops
 from .compaction import CompactionReport
 from .ids import now_ms
@@ -183,8 +183,14 @@ class SessionStore:
         by a crash is removed first; a corrupt line is never touched. Raises
         :class:`SerializationError` / :class:`InvalidMessageError` /
         :class:`DuplicateMessageError` with nothing written. Cost: O(1) in the
-        transcript size."""
-        return self.append_many(key, (message,))[0]
+        transcript size. In fsync mode, threads appending to the same session at once
+        share one write and one fsync (group commit): each returns only once its line
+        is fsynced, and a failed write or fsync fails every append it covered, none of
+        which appears later."""
+        files = self._files(key)
+        if self._root.durable:  # threads appending to one session share the fsync
+            return group.append(self._root, files, as_message(message))
+        return ops.append_many(self._root, files, [as_message(message)])[0]
 
     append_message = append
 

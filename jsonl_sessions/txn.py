@@ -88,21 +88,28 @@ class Root:
 def acquire(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> SessionGuard:
     """Take the session's guard (reentrant in a thread) and, when this took it first,
     complete what a dead writer left. Raises :class:`LockTimeoutError`."""
-    wait = root.lock_timeout if timeout is False else timeout
     while True:
-        guard = REGISTRY.get(files.lock)
         try:
-            first = guard.acquire(wait, files.key)
+            return enter(root, files, REGISTRY.get(files.lock), timeout)
         except GuardClosed:
             continue
-        if first and (guard.record is not None or guard.seq & 1):
-            try:
-                guard.drop_view()
-                recover(guard, files)
-            except BaseException:
-                guard.release()
-                raise
-        return guard
+
+
+def enter(root: Root, files: SessionFiles, guard: SessionGuard, timeout: float | None | Literal[False] = DEFAULT,
+          first: list[bool] | None = None) -> SessionGuard:
+    """:func:`acquire` of one given guard (:class:`GuardClosed` if it was evicted: look
+    it up again). ``first``: gets whether this call took the guard first (not reentrant)."""
+    took = guard.acquire(root.lock_timeout if timeout is False else timeout, files.key)
+    if first is not None:
+        first.append(took)
+    if took and (guard.record is not None or guard.seq & 1):
+        try:
+            guard.drop_view()
+            recover(guard, files)
+        except BaseException:
+            guard.release()
+            raise
+    return guard
 
 
 def recover(guard: SessionGuard, files: SessionFiles) -> None:
@@ -210,9 +217,10 @@ class Tx:
                 if st is None or (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
                     tail = None
                 st = now
-        except BaseException:
-            _platform.close(fd)
-            raise
+        except OSError:  # the mutation is done; only the view is lost
+            with contextlib.suppress(OSError):
+                _platform.close(fd)
+            return
         if tail is not None and tail.size != st.st_size:
             tail = None
         self.guard.keep_view(TranscriptView(fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
@@ -297,13 +305,15 @@ class Tx:
             recover(self.guard, self.files)
 
     # -- primitives ----------------------------------------------------------------------
-    def append(self, data: bytes, lines: int) -> None:
+    def append(self, data: bytes, lines: int, *, atomic: bool = True) -> None:
         """Write ``data`` (``lines`` complete lines) after the committed bytes of the open
-        transcript. One line is atomic by the torn-tail rule; a batch commits an
-        :class:`AppendBatch` record first. Rolled back on error."""
+        transcript, in one write (and one fsync). One line is atomic by the torn-tail rule;
+        a batch commits an :class:`AppendBatch` record first, unless not ``atomic`` (lines
+        of separate appends: a crash may keep a prefix of them, none acknowledged yet).
+        Rolled back on error, so none of the lines appears later."""
         tail = self.tail()
         before = self.known_count()
-        batch = lines > 1
+        batch = lines > 1 and atomic
         self.guard.changes += 1  # the file may change from here on (see changed())
         if batch:
             self.guard.write_record(AppendBatch(tail.committed, tail.committed + len(data)), self.durable)
@@ -458,4 +468,5 @@ class Tx:
             _platform.fsync_dir(self.root.path)
 
 
-__all__ = ["DEFAULT", "Durability", "Root", "Tx", "acquire", "check_options", "mutate", "recover", "try_recover"]
+__all__ = ["DEFAULT", "Durability", "Root", "Tx", "acquire", "check_options", "enter", "mutate", "recover",
+           "try_recover"]
