@@ -133,7 +133,9 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, group: list[Pen
             entry.done = True
             return
         lines = _encode(root, files, tx, group)
-        if lines:
+        if len(lines) == 1:
+            tx.append(lines[0], 1)
+        elif lines:
             tx.append(b"".join(lines), len(lines), atomic=False)
     except BaseException as exc:
         tx.forget()

@@ -187,17 +187,17 @@ class SessionStore:
         share one write and one fsync (group commit): each returns only once its line
         is fsynced, and a failed write or fsync fails every append it covered, none of
         which appears later."""
-        files = self._files(key)
-        if self._root.durable:  # threads appending to one session share the fsync
-            return group.append(self._root, files, as_message(message))
-        return ops.append_many(self._root, files, [as_message(message)])[0]
+        return self.append_many(key, (message,))[0]
 
     append_message = append
 
     def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
         """Append several messages as one locked, single write (all or none); their ids."""
         files = self._files(key)
-        return ops.append_many(self._root, files, [as_message(m) for m in messages])
+        msgs = [as_message(m) for m in messages]
+        if len(msgs) == 1 and self._root.durable:  # threads appending to one session share the fsync
+            return [group.append(self._root, files, msgs[0])]
+        return ops.append_many(self._root, files, msgs)
 
     # -- changing the end --------------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
