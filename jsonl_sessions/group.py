@@ -72,7 +72,7 @@ def append(root: Root, files: SessionFiles, message: ChatMessage,
         if _wait_for_writer(guard, files, entry, deadline, wait):
             return entry.result()
         try:
-            return _lead(root, files, guard, entry, None if deadline is None else deadline - time.monotonic())
+            return _lead(root, files, guard, entry, wait)
         except GuardClosed:
             continue
         finally:
@@ -109,8 +109,9 @@ def _wait_for_writer(guard: SessionGuard, files: SessionFiles, entry: Pending, d
 
 
 def _lead(root: Root, files: SessionFiles, guard: SessionGuard, entry: Pending, timeout: float | None) -> str:
-    """As the writer: take the guard, write every queued append (``entry`` among them)."""
-    enter(root, files, guard, None if timeout is None else max(timeout, 0))
+    """As the writer: take the guard (waiting up to ``timeout`` for it), write every queued
+    append (``entry`` among them)."""
+    enter(root, files, guard, timeout)
     try:
         with guard.pending_cond:
             group, guard.pending = guard.pending, []

@@ -240,26 +240,34 @@ class SessionGuard:
 
     # -- the transcript kept open (only while held) ----------------------------------
     def take_view(self) -> TranscriptView | None:
-        """Hand the kept transcript to the caller (who then owns its descriptor)."""
+        """Hand the kept transcript to the caller, who then owns its descriptor: it still
+        counts towards :data:`MAX_VIEWS` until given back (:meth:`keep_view` with
+        ``counted``) or closed (:meth:`close_taken`)."""
         view, self.view = self.view, None
-        if view is not None:
-            REGISTRY.views_closed(1)
         return view
 
-    def keep_view(self, view: TranscriptView) -> None:
-        """Keep ``view`` open until the next mutation; its descriptor is closed instead
-        when the process already keeps :data:`MAX_VIEWS` open or the guard is closed."""
+    def keep_view(self, view: TranscriptView, *, counted: bool) -> None:
+        """Keep ``view`` open until the next mutation (``counted``: its descriptor came
+        from :meth:`take_view`). Its descriptor is closed instead when the process already
+        keeps :data:`MAX_VIEWS` open or the guard is closed."""
         self.drop_view()
-        if self.closed or not REGISTRY.view_opened():
-            _close_quietly(view.fd)
+        if self.closed or not (counted or REGISTRY.view_opened()):
+            self.close_taken(view.fd, counted=counted)
             return
         self.view = view
+
+    @staticmethod
+    def close_taken(fd: int, *, counted: bool) -> None:
+        """Close a descriptor taken with :meth:`take_view` (``counted``) or opened afresh."""
+        if counted:
+            REGISTRY.views_closed(1)
+        _close_quietly(fd)
 
     def drop_view(self) -> None:
         """Close the kept transcript, if any."""
         view = self.take_view()
         if view is not None:
-            _close_quietly(view.fd)
+            self.close_taken(view.fd, counted=True)
 
     def drop_view_if_idle(self) -> None:
         """Close the kept transcript if no thread holds the guard; never waits."""

@@ -37,6 +37,7 @@ import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Literal
 
 from . import _platform, sidecar
@@ -137,20 +138,34 @@ def try_recover(root: Root, files: SessionFiles) -> None:
         acquire(root, files, timeout=0).release()
 
 
-@contextlib.contextmanager
-def mutate(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> Iterator[Tx]:
-    """Hold the session's guard for the block and give a :class:`Tx` to mutate it with."""
-    guard = acquire(root, files, timeout)
-    tx = Tx(root, files, guard)
-    try:
+def mutate(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> Mutation:
+    """Hold the session's guard for a ``with`` block and give a :class:`Tx` to mutate it
+    with (taken at ``__enter__``: :class:`LockTimeoutError`)."""
+    return Mutation(root, files, timeout)
+
+
+class Mutation:
+    """The context manager :func:`mutate` returns (a class: cheaper than a generator)."""
+
+    __slots__ = ("files", "root", "timeout", "tx")
+
+    def __init__(self, root: Root, files: SessionFiles, timeout: float | None | Literal[False]) -> None:
+        self.root, self.files, self.timeout = root, files, timeout
+
+    def __enter__(self) -> Tx:
+        self.tx = Tx(self.root, self.files, acquire(self.root, self.files, self.timeout))
+        return self.tx
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        tx = self.tx
         try:
-            yield tx
-        except BaseException:
-            tx.forget()
-            raise
-        tx.close()
-    finally:
-        guard.release()
+            if exc_type is None:
+                tx.close()
+            else:
+                tx.forget()
+        finally:
+            tx.guard.release()
 
 
 class Tx:
@@ -170,6 +185,8 @@ class Tx:
         self._seen = -1
         #: Whether :attr:`st` was taken after this Tx's last change (no fstat needed at close).
         self._fresh = False
+        #: Whether :attr:`fd` came from the guard's kept view (it counts towards the limit).
+        self._counted = False
 
     # -- the transcript ----------------------------------------------------------------
     def open(self) -> bool:
@@ -186,20 +203,20 @@ class Tx:
             except FileNotFoundError:
                 st = None
             except BaseException:
-                _platform.close(view.fd)
+                self.guard.close_taken(view.fd, counted=True)
                 raise
             if st is not None and stat.S_ISREG(st.st_mode) and view.same_file(st):
-                self.fd, self.st, self._seen = view.fd, st, self.guard.changes
+                self.fd, self.st, self._seen, self._counted = view.fd, st, self.guard.changes, True
                 self._tail = view.tail if view.unchanged(st, self.guard.seq) else None
                 return True
-            _platform.close(view.fd)
+            self.guard.close_taken(view.fd, counted=True)
             if st is None:
                 return False
         opened = self.files.open_transcript_for_write()
         if opened is None:
             return False
         self.fd, self.st = opened
-        self._tail, self._seen = None, self.guard.changes
+        self._tail, self._seen, self._counted = None, self.guard.changes, False
         return True
 
     def close(self) -> None:
@@ -218,13 +235,12 @@ class Tx:
                     tail = None
                 st = now
         except OSError:  # the mutation is done; only the view is lost
-            with contextlib.suppress(OSError):
-                _platform.close(fd)
+            self.guard.close_taken(fd, counted=self._counted)
             return
         if tail is not None and tail.size != st.st_size:
             tail = None
-        self.guard.keep_view(TranscriptView(fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-                                            self.guard.seq, tail))
+        self.guard.keep_view(TranscriptView(fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, self.guard.seq, tail),
+                             counted=self._counted)
 
     def changed(self, st: os.stat_result | None = None, tail: Tail | None = None) -> None:
         """Note a change this Tx made to the transcript: ``st`` (fstat'ed after it) and
@@ -242,7 +258,7 @@ class Tx:
         self.guard.changes += 1
         if self.fd != -1:
             fd, self.fd, self.st, self._tail = self.fd, -1, None, None
-            _platform.close(fd)
+            self.guard.close_taken(fd, counted=self._counted)
         self.guard.drop_view()
 
     @property
@@ -468,5 +484,5 @@ class Tx:
             _platform.fsync_dir(self.root.path)
 
 
-__all__ = ["DEFAULT", "Durability", "Root", "Tx", "acquire", "check_options", "enter", "mutate", "recover",
+__all__ = ["DEFAULT", "Durability", "Mutation", "Root", "Tx", "acquire", "check_options", "enter", "mutate", "recover",
            "try_recover"]
