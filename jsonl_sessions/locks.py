@@ -55,7 +55,8 @@ MAX_VIEWS = 128
 class TranscriptView(NamedTuple):
     """A transcript kept open between two mutations: its descriptor (``O_APPEND``), the
     file as the last mutation left it (device, inode, size, mtime in ns), the control
-    file's counter then, and its tail when known (None: read it again)."""
+    file's counter then, its tail when known (None: read it again), and whether every
+    line of it is known to parse (the store wrote them all, or checked them)."""
 
     fd: int
     dev: int
@@ -64,6 +65,7 @@ class TranscriptView(NamedTuple):
     mtime: int
     seq: int
     tail: Tail | None
+    clean: bool = False
 
     def same_file(self, st: os.stat_result) -> bool:
         """Whether ``st`` (a stat of the transcript's path) is the file this view holds open."""

@@ -113,11 +113,13 @@ def newest(tx: Tx) -> dict[str, Any] | None:
 
 def _check_clean(tx: Tx) -> None:
     """Refuse (CorruptTranscriptError) to replace a transcript holding bytes that do not
-    parse: they would be destroyed. O(transcript)."""
-    if tx.open():
+    parse: they would be destroyed. O(transcript), or O(1) when the transcript is known
+    to be clean (written or checked by this process, unchanged since: :attr:`Tx.clean`)."""
+    if tx.open() and not tx.clean:
         data = tx.read_all()
         if data:
             parse(data, strict=True, key=tx.files.key, path=tx.files.transcript)
+        tx.clean = True
 
 
 def _encode(root: Root, key: str, records: list[dict[str, Any]]) -> list[bytes]:
@@ -186,10 +188,10 @@ def rewrite(root: Root, files: SessionFiles, msgs: Sequence[ChatMessage]) -> Non
     with mutate(root, files) as tx:
         lines = _encode(root, files.key, assign_ids(files.key, msgs, None, root.clock()))
         if not files.transcript_exists():
-            tx.create(lines, _new_meta(root, files.key, None))
+            tx.create(lines, _new_meta(root, files.key, None), clean=True)
             return
         _check_clean(tx)
-        tx.install(lines)
+        tx.install(lines, clean=True)
 
 
 def replace_state(root: Root, files: SessionFiles, msgs: Sequence[ChatMessage], breadcrumb: bool, *,

@@ -187,6 +187,8 @@ class Tx:
         self._fresh = False
         #: Whether :attr:`fd` came from the guard's kept view (it counts towards the limit).
         self._counted = False
+        #: Whether every line of the open transcript is known to parse (see :meth:`open`).
+        self.clean = False
 
     # -- the transcript ----------------------------------------------------------------
     def open(self) -> bool:
@@ -207,7 +209,9 @@ class Tx:
                 raise
             if st is not None and stat.S_ISREG(st.st_mode) and view.same_file(st):
                 self.fd, self.st, self._seen, self._counted = view.fd, st, self.guard.changes, True
-                self._tail = view.tail if view.unchanged(st, self.guard.seq) else None
+                unchanged = view.unchanged(st, self.guard.seq)
+                self._tail = view.tail if unchanged else None
+                self.clean = unchanged and view.clean
                 return True
             self.guard.close_taken(view.fd, counted=True)
             if st is None:
@@ -216,7 +220,7 @@ class Tx:
         if opened is None:
             return False
         self.fd, self.st = opened
-        self._tail, self._seen, self._counted = None, self.guard.changes, False
+        self._tail, self._seen, self._counted, self.clean = None, self.guard.changes, False, False
         return True
 
     def close(self) -> None:
@@ -226,21 +230,22 @@ class Tx:
             return
         fd, st, tail = self.fd, self.st, self._tail
         self.fd, self.st, self._tail = -1, None, None
+        clean = self.clean
         if self._seen != self.guard.changes:
-            tail, self._fresh = None, False
+            tail, clean, self._fresh = None, False, False
         try:
             if not self._fresh or st is None:
                 now = _platform.fstat(fd)
                 if st is None or (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
-                    tail = None
+                    tail, clean = None, False
                 st = now
         except OSError:  # the mutation is done; only the view is lost
             self.guard.close_taken(fd, counted=self._counted)
             return
         if tail is not None and tail.size != st.st_size:
             tail = None
-        self.guard.keep_view(TranscriptView(fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, self.guard.seq, tail),
-                             counted=self._counted)
+        self.guard.keep_view(TranscriptView(fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, self.guard.seq, tail,
+                                            clean), counted=self._counted)
 
     def changed(self, st: os.stat_result | None = None, tail: Tail | None = None) -> None:
         """Note a change this Tx made to the transcript: ``st`` (fstat'ed after it) and
@@ -256,6 +261,7 @@ class Tx:
         """Close the transcript and drop whatever the guard kept of it (after an error, or
         before the file is replaced or deleted)."""
         self.guard.changes += 1
+        self.clean = False
         if self.fd != -1:
             fd, self.fd, self.st, self._tail = self.fd, -1, None, None
             self.guard.close_taken(fd, counted=self._counted)
@@ -392,9 +398,11 @@ class Tx:
         if st is not None:
             self.note_count(before, st)
 
-    def install(self, chunks: Iterable[bytes]) -> None:
+    def install(self, chunks: Iterable[bytes], *, clean: bool = False) -> None:
         """Replace (or create) the transcript with whole-line ``chunks`` (streamed in ~1 MiB
-        writes): temp file, fsync, rename (counter odd), directory fsync; count follows."""
+        writes): temp file, fsync, rename (counter odd), directory fsync; count follows.
+        ``clean``: every chunk is lines the store encoded, so the new file is kept open
+        as known to parse (a later replace need not check it again)."""
         lines = 0
 
         def counted() -> Iterator[bytes]:
@@ -413,14 +421,18 @@ class Tx:
         if self.durable:
             _platform.fsync_dir(self.root.path)
         self.note_count(lines)
+        if clean:
+            with contextlib.suppress(OSError, SessionStoreError):  # done; only the view is lost
+                if self.open():
+                    self.clean = True
 
-    def create(self, chunks: Iterable[bytes], meta: dict[str, Any]) -> None:
+    def create(self, chunks: Iterable[bytes], meta: dict[str, Any], *, clean: bool = False) -> None:
         """Create the session: sidecar ``meta`` first (so its key is on disk before the
         transcript exists), then the transcript as :meth:`install`. On error nothing that
         looks like a session remains. Called when the transcript does not exist."""
         self.write_sidecar(meta, touch=False)
         try:
-            self.install(chunks)
+            self.install(chunks, clean=clean)
         except BaseException:
             # The rename may already have happened (the directory fsync failed): take the
             # transcript away again; drop the sidecar only once no transcript is left.

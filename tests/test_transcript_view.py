@@ -14,7 +14,7 @@ import pytest
 from _child import child_env
 from syscalls import probe
 
-from jsonl_sessions import SessionStore, ids
+from jsonl_sessions import CorruptTranscriptError, SessionStore, ids
 
 KEY = "k"
 
@@ -166,3 +166,34 @@ def test_a_forked_child_does_not_use_the_parents_descriptor(warm: SessionStore, 
     assert os.waitstatus_to_exitcode(status) == 0
     warm.append(KEY, {"role": "user", "content": "parent"})
     assert contents(SessionStore(str(tmp_path))) == ["m0", "m1", "m2", "m3", "child", "parent"]
+
+
+def test_a_rewrite_of_a_transcript_this_process_wrote_does_not_read_it_again(warm: SessionStore) -> None:
+    warm.rewrite_messages(KEY, [{"role": "user", "content": "r0"}])
+    warm.append(KEY, {"role": "user", "content": "r1"})
+
+    p = probe(lambda: warm.rewrite_messages(KEY, [{"role": "user", "content": "r2"}]))
+
+    assert p.seam["pread"] == 1, p.sequence("seam")  # the control file only: the old lines are known to parse
+    assert contents(warm) == ["r2"]
+
+
+@pytest.mark.parametrize("how", ["append", "rename over"])
+def test_a_corrupt_line_from_a_plain_tool_still_stops_a_rewrite(warm: SessionStore, tmp_path: pathlib.Path,
+                                                               how: str) -> None:
+    transcript = tmp_path / f"{KEY}.jsonl"
+    warm.rewrite_messages(KEY, [{"role": "user", "content": "r0"}])
+    if how == "append":
+        with open(transcript, "ab") as f:
+            f.write(b"not json\n")
+    else:
+        (tmp_path / "new").write_bytes(transcript.read_bytes() + b"not json\n")
+        os.replace(tmp_path / "new", transcript)
+    before = transcript.read_bytes()
+
+    with pytest.raises(CorruptTranscriptError):
+        warm.rewrite_messages(KEY, [{"role": "user", "content": "lost"}])
+    with pytest.raises(CorruptTranscriptError):
+        warm.replace_conversation_state(KEY, [{"role": "user", "content": "lost"}], True)
+
+    assert transcript.read_bytes() == before
