@@ -85,13 +85,9 @@ def _run_ids(key: str, messages: Sequence[ChatMessage], i: int, j: int, prev: st
              records: list[dict[str, Any]], exists: Callable[[str], bool]) -> list[str]:
     """Ids for the id-less messages ``[i, j)``: after ``prev``, and before ``messages[j]``'s id."""
     if j == len(messages):
-        new_ids: list[str] = []
-        for _ in range(i, j):
-            nxt = ids.next_id(prev, now)
-            if nxt is None:
-                raise _no_id_after(key, prev)
-            new_ids.append(nxt)
-            prev = nxt
+        new_ids = ids.next_ids(prev, j - i, now)
+        if new_ids is None:
+            raise _no_id_after(key, prev)
         return new_ids
     # A duplicate / out-of-order id after id-less messages is reported as such, not as
     # "no id fits" between it and the previous one.

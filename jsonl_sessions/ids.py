@@ -71,6 +71,26 @@ def next_id(previous: str | None, now: int | None = None) -> str | None:
     return text
 
 
+def next_ids(previous: str | None, count: int, now: int | None = None) -> list[str] | None:
+    """``count`` increasing ULIDs after ``previous``: the first as :func:`next_id`, each
+    next one the previous plus one (the monotonic ULID rule within a millisecond; one
+    random draw per run instead of one per id). None when they do not fit."""
+    global _memo
+    if count <= 0:
+        return []
+    first = next_id(previous, now)
+    if first is None:
+        return None
+    value = decode(first)  # not _memo: another thread may have replaced it meanwhile
+    assert value is not None  # next_id makes canonical ULIDs
+    if value + count - 1 > _MAX:
+        return None
+    out = [first]
+    out.extend(encode(value + k) for k in range(1, count))
+    _memo = (out[-1], value + count - 1)
+    return out
+
+
 #: The last id made here and its value: the next append's "previous" is usually it, and
 #: reusing the value skips a decode on the append path. (Replaced as one tuple: thread-safe.)
 _memo: tuple[str, int] = ("", 0)
