@@ -86,8 +86,8 @@ class GuardClosed(Exception):
 class SessionGuard:
     """The process-wide guard of one session. Use through :meth:`GuardRegistry.get`."""
 
-    __slots__ = ("_depth", "_fd", "_owner", "_rlock", "changes", "closed", "count", "leading", "path", "pending",
-                 "pending_cond", "record", "seq", "view")
+    __slots__ = ("_depth", "_fd", "_owner", "_rlock", "changes", "clean_mark", "closed", "count", "leading", "path",
+                 "pending", "pending_cond", "record", "seq", "view")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -104,6 +104,9 @@ class SessionGuard:
         self.view: TranscriptView | None = None
         #: Bumped by every mutation of the transcript made under this guard in this process.
         self.changes = 0
+        #: (device, inode, size, mtime ns, counter) of a transcript this process wrote
+        #: whole and has not kept open: known to parse while all five still match.
+        self.clean_mark: tuple[int, int, int, int, int] | None = None
         self._owner = 0
         #: Group commit (:mod:`jsonl_sessions.group`): appends queued for the next writer,
         #: whether a thread is writing queued appends now, and the condition both change
@@ -250,8 +253,8 @@ class SessionGuard:
 
     def keep_view(self, view: TranscriptView, *, counted: bool) -> None:
         """Keep ``view`` open until the next mutation (``counted``: its descriptor came
-        from :meth:`take_view`). Its descriptor is closed instead when the process already
-        keeps :data:`MAX_VIEWS` open or the guard is closed."""
+        from :meth:`take_view`). Its descriptor is closed instead when the guard is closed,
+        or when the process keeps :data:`MAX_VIEWS` open and none of them is idle."""
         self.drop_view()
         if self.closed or not (counted or REGISTRY.view_opened()):
             self.close_taken(view.fd, counted=counted)
@@ -271,14 +274,17 @@ class SessionGuard:
         if view is not None:
             self.close_taken(view.fd, counted=True)
 
-    def drop_view_if_idle(self) -> None:
-        """Close the kept transcript if no thread holds the guard; never waits."""
+    def drop_view_if_idle(self) -> bool:
+        """Close the kept transcript if no thread holds the guard (True if one was
+        closed); never waits."""
         if self._rlock.acquire(blocking=False):
             try:
-                if not self._depth:
+                if not self._depth and self.view is not None:
                     self.drop_view()
+                    return True
             finally:
                 self._rlock.release()
+        return False
 
     def close_if_idle(self) -> bool:
         """Close the guard if no thread holds it (True); never waits."""
@@ -326,7 +332,17 @@ class GuardRegistry:
             return guard
 
     def view_opened(self) -> bool:
-        """Count one more kept transcript; False (not counted) when :data:`MAX_VIEWS` are."""
+        """Count one more kept transcript; at :data:`MAX_VIEWS`, first close the kept
+        transcript of another guard no thread holds (the oldest such guard's); False (not
+        counted) when none could be closed."""
+        if self._count_view():
+            return True
+        for guard in list(self._guards.values()):
+            if guard.view is not None and guard.drop_view_if_idle():
+                break
+        return self._count_view()
+
+    def _count_view(self) -> bool:
         with self._views_lock:
             if self._views >= MAX_VIEWS:
                 return False

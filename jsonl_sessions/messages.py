@@ -188,10 +188,11 @@ def rewrite(root: Root, files: SessionFiles, msgs: Sequence[ChatMessage]) -> Non
     with mutate(root, files) as tx:
         lines = _encode(root, files.key, assign_ids(files.key, msgs, None, root.clock()))
         if not files.transcript_exists():
-            tx.create(lines, _new_meta(root, files.key, None), clean=True)
+            tx.create(lines, _new_meta(root, files.key, None))
             return
         _check_clean(tx)
-        tx.install(lines, clean=True)
+        tx.install(lines)
+        tx.mark_clean()
 
 
 def replace_state(root: Root, files: SessionFiles, msgs: Sequence[ChatMessage], breadcrumb: bool, *,

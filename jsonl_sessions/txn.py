@@ -220,7 +220,9 @@ class Tx:
         if opened is None:
             return False
         self.fd, self.st = opened
-        self._tail, self._seen, self._counted, self.clean = None, self.guard.changes, False, False
+        st = self.st
+        self._tail, self._seen, self._counted = None, self.guard.changes, False
+        self.clean = self.guard.clean_mark == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, self.guard.seq)
         return True
 
     def close(self) -> None:
@@ -398,11 +400,9 @@ class Tx:
         if st is not None:
             self.note_count(before, st)
 
-    def install(self, chunks: Iterable[bytes], *, clean: bool = False) -> None:
+    def install(self, chunks: Iterable[bytes]) -> None:
         """Replace (or create) the transcript with whole-line ``chunks`` (streamed in ~1 MiB
-        writes): temp file, fsync, rename (counter odd), directory fsync; count follows.
-        ``clean``: every chunk is lines the store encoded, so the new file is kept open
-        as known to parse (a later replace need not check it again)."""
+        writes): temp file, fsync, rename (counter odd), directory fsync; count follows."""
         lines = 0
 
         def counted() -> Iterator[bytes]:
@@ -421,18 +421,22 @@ class Tx:
         if self.durable:
             _platform.fsync_dir(self.root.path)
         self.note_count(lines)
-        if clean:
-            with contextlib.suppress(OSError, SessionStoreError):  # done; only the view is lost
-                if self.open():
-                    self.clean = True
 
-    def create(self, chunks: Iterable[bytes], meta: dict[str, Any], *, clean: bool = False) -> None:
+    def mark_clean(self) -> None:
+        """After :meth:`install` of lines the store encoded: remember that the new
+        transcript, as it is now, is known to parse (a later replace in this process need
+        not check it again while it is unchanged). One ``lstat``; never raises."""
+        with contextlib.suppress(OSError):
+            st = _platform.lstat(self.files.transcript)
+            self.guard.clean_mark = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, self.guard.seq)
+
+    def create(self, chunks: Iterable[bytes], meta: dict[str, Any]) -> None:
         """Create the session: sidecar ``meta`` first (so its key is on disk before the
         transcript exists), then the transcript as :meth:`install`. On error nothing that
         looks like a session remains. Called when the transcript does not exist."""
         self.write_sidecar(meta, touch=False)
         try:
-            self.install(chunks, clean=clean)
+            self.install(chunks)
         except BaseException:
             # The rename may already have happened (the directory fsync failed): take the
             # transcript away again; drop the sidecar only once no transcript is left.
