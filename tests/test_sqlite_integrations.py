@@ -24,7 +24,8 @@ def test_the_sqlite_store_is_a_backend_with_the_contracts_signatures(tmp_path: p
             assert inspect.signature(getattr(SqliteSessionStore, name)) == inspect.signature(
                 getattr(SessionBackend, name)), name
     public = {n for n, v in inspect.getmembers(SqliteSessionStore, inspect.isfunction) if not n.startswith("_")}
-    assert public - set(backend_methods()) == {"close", "export_session", "import_session", "lock", "verify"}
+    assert public - set(backend_methods()) == {"close", "compaction_report", "export_session", "import_session", "lock",
+                                               "verify"}
     with pytest.raises(ValueError, match="closed"):
         store.load("k")
     store.close()  # idempotent

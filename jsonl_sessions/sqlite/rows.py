@@ -1,4 +1,4 @@
-"""Rows <-> API values for the SQLite backend: message lines, session metadata, checks.
+"""Rows <-> API values for the SQLite backend: message lines and the session metadata column.
 
 A message row keeps the exact JSON line the JSONL backend would write (same encoder,
 :mod:`jsonl_sessions.codec`), without its newline; the other columns (id, created_at,
