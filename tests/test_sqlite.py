@@ -137,7 +137,7 @@ MACHINES: dict[str, tuple[Any, bool, Any, int]] = {
     # name: (factory, manual clock, storage capability, examples)
     "fsync-wall-clock": (lambda p: SqliteSessionStore(p / "s.db", durability="fsync"), False, None, sized(4, 80)),
     "flush-manual-clock-storage": (lambda p, c: SqliteSessionStore(p / "s.db", durability="flush", clock=c), True,
-                                   SqliteStorage, sized(8, 140)),
+                                   SqliteStorage, sized(10, 140)),
 }
 
 

@@ -10,7 +10,7 @@ directory), and a *fresh* store on the same directory checked at every step:
 - ``fsync`` on the wall clock (times read back, within the call's window);
 - a frozen clock (every id of a run made in one millisecond).
 
-What each configuration exercised is in the run's summary. By default each runs 6-20
+What each configuration exercised is in the run's summary. By default each runs 10-20
 programs of up to 50 steps; ``JSONL_SESSIONS_SOAK=1`` runs 150-500 programs of up to 100.
 """
 
@@ -35,7 +35,7 @@ START_MS = 1_700_000_000_000
 CONFIGURATIONS: dict[str, tuple[Callable[..., Any], str, int, int]] = {
     "fsync-manual-clock": (lambda p, c: SessionStore(p, durability="fsync", clock=c), "manual", 12, 300),
     "flush-manual-clock": (lambda p, c: SessionStore(p, durability="flush", clock=c), "manual", 20, 500),
-    "fsync-wall-clock": (lambda p: SessionStore(p, durability="fsync"), "wall", 6, 150),
+    "fsync-wall-clock": (lambda p: SessionStore(p, durability="fsync"), "wall", 10, 150),
     "flush-frozen-clock": (lambda p, c: SessionStore(p, durability="flush", clock=c), "frozen", 10, 200),
 }
 
