@@ -373,6 +373,9 @@ def test_tail_prints_the_newest(run: Run, store: SessionStore) -> None:
 def test_tail_follow_in_process_sees_appends_a_revert_and_a_recreate(
         root: pathlib.Path, store: SessionStore, capsys: pytest.CaptureFixture[str]) -> None:
     ids = chat(store, "f", 3)
+    # interrupt_main() is a no-op while SIGINT is ignored (a process started in the
+    # background by a shell without job control): Python's handler, so the follow ends.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def writer() -> None:
         try:
@@ -396,6 +399,7 @@ def test_tail_follow_in_process_sees_appends_a_revert_and_a_recreate(
         code = main(["--root", str(root), "tail", "f", "-n", "1", "-f", "--jsonl", "--interval", "0.01"])
     finally:
         thread.join()
+        signal.signal(signal.SIGINT, previous)
     out, err = capsys.readouterr()
     contents = [orjson.loads(line)["content"] for line in out.splitlines()]
     assert code == 130  # Ctrl-C ends a follow quietly
