@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from _budget import sized
 from _summary import record
 
 from jsonl_sessions import SessionStore, SessionStoreError, _platform
@@ -276,6 +277,14 @@ def run_case(root: pathlib.Path, durability: str, name: str, kind: str, mode: st
 
 
 CASES = [(name, kind) for name in MUTATIONS for kind in KINDS]
+
+
+@pytest.fixture(params=sized(["fsync"], ["fsync", "flush"]))
+def durability(request: pytest.FixtureRequest) -> str:
+    """fsync mode by default: flush mode's calls are fsync mode's minus the fsyncs, and
+    test_harness.py runs its fault loop (every call of any kind) on the multi-step
+    mutations in flush mode too. ``JSONL_SESSIONS_SOAK=1`` runs both modes here."""
+    return request.param  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize(("name", "kind"), CASES, ids=[f"{n}-{k}" for n, k in CASES])

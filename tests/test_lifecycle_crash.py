@@ -1,7 +1,7 @@
 """Lifecycle operations under real crashes and real races (child processes, SIGKILL).
 
 - SIGKILL during ``cleanup_stale``, during a loop of ``delete_session`` /
-  ``delete_session_owned``, and during ``rename_agent_attribution`` across 200 sessions:
+  ``delete_session_owned``, and during ``rename_agent_attribution`` across 100 sessions (200 in a soak):
   a fresh store must then see every session either whole (transcript, sidecar, name,
   alias, state, owner all as written) or gone (not listed, no metadata, loads as []),
   never a transcript without its sidecar, never a half-renamed sidecar; a second run of
@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 import pytest
+from _budget import sized
 from _summary import record
 from test_crash import kill, read_events, wait_for_event
 
@@ -41,7 +42,7 @@ WORKER = str(pathlib.Path(__file__).with_name("lifecycle_worker.py"))
 SOAK = os.environ.get("JSONL_SESSIONS_SOAK") == "1"
 BASE_SEED = int(os.environ.get("JSONL_SESSIONS_SEED", "20240611"))
 TRIALS = 25 if SOAK else 3
-SESSIONS = 200
+SESSIONS = sized(100, 200)
 
 
 def start(tmp: pathlib.Path, root: pathlib.Path, workload: str, seed: int, n: int = SESSIONS
