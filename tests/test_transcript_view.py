@@ -197,3 +197,32 @@ def test_a_corrupt_line_from_a_plain_tool_still_stops_a_rewrite(warm: SessionSto
         warm.replace_conversation_state(KEY, [{"role": "user", "content": "lost"}], True)
 
     assert transcript.read_bytes() == before
+
+
+def test_at_most_max_views_transcripts_stay_open_and_the_newest_is_kept(tmp_path: pathlib.Path) -> None:
+    script = textwrap.dedent(f"""
+        import os
+        from jsonl_sessions import SessionStore, locks
+        locks.MAX_VIEWS = 2
+        root = {str(tmp_path)!r}
+        store = SessionStore(root, durability="flush")
+
+        def open_transcripts():
+            names = []
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    target = os.readlink("/proc/self/fd/" + fd)
+                except OSError:
+                    continue
+                if target.endswith(".jsonl"):
+                    names.append(os.path.basename(target))
+            return sorted(names)
+
+        for key in ["a", "b", "c", "d", "a"]:
+            store.append(key, {{"role": "user", "content": key}})
+            store.append(key, {{"role": "user", "content": key}})  # the second append is warm
+            kept = open_transcripts()
+            assert len(kept) <= 2 and key + ".jsonl" in kept, (key, kept)
+        assert [m.content for m in store.load("a")] == ["a"] * 4
+    """)
+    subprocess.run([sys.executable, "-c", script], env=child_env(), check=True, timeout=60)
