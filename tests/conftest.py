@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import gc
+import os
 import pathlib
 
 import pytest
@@ -19,3 +21,12 @@ def durability(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def store(tmp_path: pathlib.Path, durability: str) -> SessionStore:
     return SessionStore(tmp_path / "store", durability=durability)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def untimed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For smoke runs of the benchmarks, which check reports, not timings: no system-wide
+    write-back (os.sync) and no full collection of the test process's heap (gc.collect)
+    before each timed block."""
+    monkeypatch.setattr(os, "sync", lambda: None)
+    monkeypatch.setattr(gc, "collect", lambda generation=2: 0)

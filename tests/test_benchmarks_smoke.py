@@ -4,7 +4,6 @@ benchmarks are measurements, never a gate)."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -42,14 +41,11 @@ EXPECTED_GOALS = {
 
 
 @pytest.fixture
-def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def bench(untimed: None) -> ModuleType:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from benchmarks import run
 
-    # The benchmarks write back every dirty page of the machine (os.sync) before timing;
-    # a smoke run checks the report, not the timings, so it skips that system-wide flush.
-    monkeypatch.setattr(os, "sync", lambda: None)
     return run
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -23,12 +22,11 @@ WRITE_ONLY = {"jsonl_sessions_flush"}  # timed on append and remove_last only
 
 
 @pytest.fixture
-def peers(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def peers(untimed: None) -> ModuleType:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from benchmarks import peers
 
-    monkeypatch.setattr(os, "sync", lambda: None)  # a smoke run checks the report, not the timings
     return peers
 
 
