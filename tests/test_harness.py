@@ -107,7 +107,7 @@ def test_state_machine_through_the_async_facade(request: pytest.FixtureRequest) 
     loop = asyncio.new_event_loop()
     try:
         machine = make_state_machine(lambda p, c: BlockingFacade(loop, p, c), manual_clock=True)
-        run_state_machine_as_test(machine, settings=machine_settings(6, steps=30))
+        run_state_machine_as_test(machine, settings=machine_settings(4, steps=30, soak_examples=60))
     finally:
         loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
