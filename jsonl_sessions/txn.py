@@ -47,7 +47,6 @@ from .errors import SessionStoreError
 from .layout import SessionFiles
 from .lines import Tail, read_tail
 from .locks import REGISTRY, GuardClosed, SessionGuard, TranscriptView
-from .rules import check_options
 from .types import Durability
 
 log = logging.getLogger("jsonl_sessions")
@@ -500,5 +499,5 @@ class Tx:
             _platform.fsync_dir(self.root.path)
 
 
-__all__ = ["DEFAULT", "Durability", "Mutation", "Root", "Tx", "acquire", "check_options", "enter", "mutate", "recover",
+__all__ = ["DEFAULT", "Durability", "Mutation", "Root", "Tx", "acquire", "enter", "mutate", "recover",
            "try_recover"]
