@@ -81,6 +81,9 @@ def test_sigkill_at_random_moment(tmp_path: pathlib.Path, workload: str, trial: 
     try:
         wait_for_event(proc, out, err, "begin")
         time.sleep(delay)
+        # On a loaded machine the first mutation can outlast the delay: a trial that
+        # kills before any acknowledgement checks nothing, so the kill waits for one.
+        wait_for_event(proc, out, err, "ack")
     finally:
         kill(proc, err)
     events = read_events(out)
