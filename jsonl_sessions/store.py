@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from . import _platform, group, history, maintenance, metadata, paging, search, sidecar
+from . import _platform, group, history, maintenance, metadata, paging, search, sidecar, warm
 from . import messages as ops
 from .compaction import CompactionReport
 from .ids import now_ms
@@ -187,7 +187,9 @@ class SessionStore:
         share one write and one fsync (group commit): each returns only once its line
         is fsynced, and a failed write or fsync fails every append it covered, none of
         which appears later."""
-        return self.append_many(key, (message,))[0]
+        if self._root.durable:
+            return self.append_many(key, (message,))[0]
+        return warm.append(self._root, self._files(key), as_message(message))
 
     append_message = append
 
