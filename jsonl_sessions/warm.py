@@ -79,8 +79,9 @@ def _append_held(root: Root, files: SessionFiles, guard: SessionGuard, message: 
     if new_id is None:
         return None  # the general path reports it
     created = message.created_at
-    line = codec.encode_records([codec.record_of(message, new_id, now if created is None else created)],
-                                files.key, root.max_message_bytes)[0]
+    line = codec.encode_record(codec.record_of(message, new_id, now if created is None else created), files.key)
+    if len(line) > root.max_message_bytes:
+        return None  # the general path reports it
     cache = guard.count
     before = cache.lines if cache is not None and cache.matches(st, guard.seq) else None
     fd = view.fd
@@ -119,5 +120,7 @@ def _keep(guard: SessionGuard, view: TranscriptView, line: bytes, before: int | 
     guard.view = TranscriptView(view.fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, guard.seq,
                                 Tail(end, end, view.size, line[:-1]) if ours else None, view.clean and ours)
     if before is not None and ours:
-        with contextlib.suppress(OSError):
+        try:
             guard.write_count(st, before + 1)
+        except OSError:  # a cache: the next reader rebuilds it
+            pass
