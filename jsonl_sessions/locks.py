@@ -66,6 +66,8 @@ class TranscriptView(NamedTuple):
     seq: int
     tail: Tail | None
     clean: bool = False
+    #: The id of the tail's last line, when the writer of that line kept it ("": read it off the line).
+    last_id: str = ""
 
     def same_file(self, st: os.stat_result) -> bool:
         """Whether ``st`` (a stat of the transcript's path) is the file this view holds open."""

@@ -64,7 +64,7 @@ def _append_held(root: Root, files: SessionFiles, guard: SessionGuard, message: 
     tail = view.tail
     if tail is None or tail.committed != tail.size or tail.last_line is None:
         return None
-    previous = codec.prefix_id(tail.last_line)
+    previous = view.last_id or codec.prefix_id(tail.last_line)
     if not previous:
         return None
     try:
@@ -91,7 +91,7 @@ def _append_held(root: Root, files: SessionFiles, guard: SessionGuard, message: 
     except BaseException:
         _undo(guard, fd, tail.committed)
         raise
-    _keep(guard, view, line, before)
+    _keep(guard, view, line, new_id, before)
     return new_id
 
 
@@ -107,7 +107,7 @@ def _undo(guard: SessionGuard, fd: int, committed: int) -> None:
     guard.drop_view()
 
 
-def _keep(guard: SessionGuard, view: TranscriptView, line: bytes, before: int | None) -> None:
+def _keep(guard: SessionGuard, view: TranscriptView, line: bytes, new_id: str, before: int | None) -> None:
     """After the write: the new view (and count cache) of the transcript. The append
     stands whatever fails here: the view or the cache is then dropped, rebuilt later."""
     try:
@@ -118,7 +118,8 @@ def _keep(guard: SessionGuard, view: TranscriptView, line: bytes, before: int | 
     end = view.size + len(line)
     ours = st.st_size == end  # else a foreign writer appended too: read the tail again, count later
     guard.view = TranscriptView(view.fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, guard.seq,
-                                Tail(end, end, view.size, line[:-1]) if ours else None, view.clean and ours)
+                                Tail(end, end, view.size, line[:-1]) if ours else None, view.clean and ours,
+                                new_id if ours else "")
     if before is not None and ours:
         try:
             guard.write_count(st, before + 1)
