@@ -33,8 +33,8 @@ COUNT_OFFSET = 16
 RECORD_OFFSET = 56
 SEQ = struct.Struct("<Q")
 COUNT = struct.Struct("<QQQQQ")  # transcript inode, size, mtime (ns), lines, sequence counter
-#: The most bytes of a record read (records are small; a tail record holds one line).
-MAX_RECORD_BYTES = 1 << 24
+#: How much of the control file one read takes first: the fixed part and a small record.
+HEAD_BYTES = 4096
 
 
 class CountCache(NamedTuple):
@@ -85,14 +85,42 @@ def decode_head(raw: bytes) -> Head:
     return Head(seq, cache, record)
 
 
-def read_head(path: str, record_bytes: int = 1) -> Head:
+def read_control(fd: int) -> Head:
+    """The control file open as ``fd``, with the whole record, whatever its size (a tail
+    record holds a line as long as the store accepts, escaped: it can be several times
+    ``max_message_bytes``). One read when the record is small, else also an ``fstat`` and
+    one read of the rest. Recovery and ``verify`` both read records through this."""
+    raw = _platform.pread(fd, HEAD_BYTES, 0)
+    if len(raw) == HEAD_BYTES and raw[RECORD_OFFSET]:
+        raw += _read_to_end(fd, HEAD_BYTES)
+    return decode_head(raw)
+
+
+def _read_to_end(fd: int, offset: int) -> bytes:
+    """Every byte of ``fd`` from ``offset`` to its end of file (loops if the file grew
+    after the ``fstat``, so the result never stops short of an end of file)."""
+    chunks = []
+    want = max(_platform.fstat(fd).st_size - offset, 0) + 1
+    while True:
+        chunk = _platform.pread(fd, want, offset)
+        chunks.append(chunk)
+        if len(chunk) < want:
+            return b"".join(chunks)
+        offset += len(chunk)
+        want = 1 << 20
+
+
+def read_head(path: str, record_bytes: int | None = 1) -> Head:
     """The control file at ``path`` read without locking (all zero when there is none);
-    ``record_bytes``: how much of a record to read. :class:`UnsafePathError` for a symlink."""
+    ``record_bytes``: how much of a record to read (None: all of it, as
+    :func:`read_control`). :class:`UnsafePathError` for a symlink."""
     opened = open_regular(path, os.O_RDONLY)
     if opened is None:
         return Head(0, None, None)
     fd, _st = opened
     try:
+        if record_bytes is None:
+            return read_control(fd)
         return decode_head(_platform.pread(fd, RECORD_OFFSET + record_bytes, 0))
     finally:
         _platform.close(fd)

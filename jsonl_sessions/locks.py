@@ -32,14 +32,13 @@ from . import _platform
 from .control import (
     COUNT,
     COUNT_OFFSET,
-    MAX_RECORD_BYTES,
     RECORD_OFFSET,
     SEQ,
     SEQ_OFFSET,
     CountCache,
     Record,
-    decode_head,
     encode_record,
+    read_control,
 )
 from .errors import LockTimeoutError
 from .layout import open_regular
@@ -134,7 +133,7 @@ class SessionGuard:
                 self._fd = self._open(key)
             self._lock_file(started, timeout, key)
             try:
-                head = _platform.pread(self._fd, 4096, 0)
+                decoded = read_control(self._fd)
             except BaseException:
                 _platform.unlock(self._fd)
                 raise
@@ -143,12 +142,9 @@ class SessionGuard:
             raise
         self._depth = 1
         self._owner = threading.get_ident()
-        decoded = decode_head(head)
         self.seq = decoded.seq
         self.count = decoded.cache
         self.record = decoded.record
-        if self.record is not None and len(head) == 4096:
-            self.record = _platform.pread(self._fd, MAX_RECORD_BYTES, RECORD_OFFSET)
         return True
 
     def _wait_turn(self, timeout: float | None, key: str) -> float | None:

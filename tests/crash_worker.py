@@ -12,7 +12,7 @@ mutations were acknowledged when the kill landed, and which one was in flight.
 Workloads: ``append``, ``append_many``, ``rewrite`` (with appends between),
 ``replace`` (``replace_conversation_state`` and ``..._if_exists``), ``update_remove``
 (appends, ``update_last``, ``remove_last``), ``big`` (8 MiB appends, to be killed
-mid-write), ``torn_holder`` and ``fsize`` (see their docstrings).
+mid-write), ``torn_holder``, ``fsize`` and ``big_update`` (see their docstrings).
 
 Message contents are unique tokens; an extra ``pad`` field of random length makes lines
 cross page boundaries. ``replace`` writes the breadcrumb flag ``len(messages) % 2 == 0``
@@ -178,6 +178,45 @@ def run_fsize(store: SessionStore, key: str, rng: random.Random) -> None:
     emit({"ev": "ack", "ids": []})  # not reached
 
 
+def run_big_update(store: SessionStore, key: str, rng: random.Random) -> None:
+    """Append two messages, then ``update_last`` with a large one, and die by SIGKILL (sent
+    through the platform seam) just before the new line is written: its roll-forward
+    record is committed and the transcript already cut to the old last line's start.
+    ``CRASH_WORKER_UPDATE``: ``quotes`` (5 million double quotes: each is escaped twice,
+    in the line and again in the record, which ends up four times as long), ``max``
+    (plain text making the line exactly ``max_message_bytes`` long) or a number of plain
+    bytes. The ``begin`` event names the content's character and length."""
+    from jsonl_sessions.errors import InvalidMessageError
+    from jsonl_sessions.testing.faults import FaultInjector
+
+    for token in ("v0", "v1"):
+        emit({"ev": "begin", "op": "append", "tokens": [token]})
+        emit({"ev": "ack", "ids": [store.append(key, {"role": "user", "content": token, "pad": "p" * 100})]})
+    path = os.path.join(store.root, key + ".jsonl")
+    with open(path, "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    at = len(lines[0])  # where the last line starts: the rewrite writes its new line there
+    what = os.environ["CRASH_WORKER_UPDATE"]
+    char, size = ('"', 5_000_000) if what == "quotes" else ("x", int(what) if what != "max" else 0)
+    if what == "max":  # the old line holds "v1" and the pad; the new one only the content
+        size = store._root.max_message_bytes - (len(lines[1]) - len("v1") - len('"pad":"",') - 100)
+
+    def line_write(kind: str, args: tuple[Any, ...]) -> bool:
+        return bool(args[2] == at and len(args[1]) > 1 << 20)
+
+    for shrink in range(64):  # "max": the first size the store accepts (the exact overhead may vary)
+        emit({"ev": "begin", "op": "update_last", "char": char, "size": size - shrink})
+        try:
+            with FaultInjector("pwrite", action="sigkill", match=line_write):
+                store.update_last(key, {"role": "user", "content": char * (size - shrink)})
+        except InvalidMessageError:
+            if what != "max":
+                raise
+            continue
+        break
+    emit({"ev": "ack", "ids": []})  # not reached: the kill comes first
+
+
 WORKLOADS = {
     "append": run_append,
     "append_many": run_append_many,
@@ -187,6 +226,7 @@ WORKLOADS = {
     "big": run_big,
     "torn_holder": run_torn_holder,
     "fsize": run_fsize,
+    "big_update": run_big_update,
 }
 
 

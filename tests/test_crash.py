@@ -28,6 +28,7 @@ import pytest
 from _summary import record
 
 from jsonl_sessions import ChatMessage, SessionStore
+from jsonl_sessions.control import RECORD_OFFSET
 
 pytestmark = pytest.mark.skipif(
     not (hasattr(os, "kill") and hasattr(signal, "SIGKILL")), reason="needs os.kill and SIGKILL"
@@ -373,3 +374,61 @@ def test_sigkill_during_large_append(tmp_path: pathlib.Path, trial: int, request
         assert added.count(b"\n") == 1 and b'"probe"' in added, "the torn fragment was not removed"
     record(request.config, "crash: SIGKILL trials")
     record(request.config, "crash: SIGKILL trials during 8 MiB appends that tore the line", int(torn))
+
+
+# -- update_last of a large line ------------------------------------------------------
+def kill_before_new_last_line(tmp_path: pathlib.Path, update: str) -> tuple[pathlib.Path, str, dict[str, Any]]:
+    """Run the ``big_update`` worker (SIGKILL with the ``tail`` record committed and the
+    transcript cut to the old last line's start); the root, the acknowledged id of the
+    old last line, and the ``update_last`` begin event. Checks the kill landed there."""
+    root = tmp_path / "store"
+    proc, out, err = start_worker(tmp_path, root, "big_update", 4, env={"CRASH_WORKER_UPDATE": update})
+    assert proc.wait(timeout=120) == -signal.SIGKILL, err.read_text()
+    events = read_events(out)
+    begin = events[-1]
+    assert begin["ev"] == "begin" and begin["op"] == "update_last", f"the worker died elsewhere: {events[-3:]}"
+    last_id = [ev for ev in events if ev["ev"] == "ack"][-1]["ids"][0]
+    transcript = (root / f"{KEY}.jsonl").read_bytes()
+    assert transcript.count(b"\n") == 1 and b'"v0"' in transcript, "the transcript was not cut to the old last line"
+    record_bytes = (root / f"{KEY}.lock").read_bytes()[RECORD_OFFSET:]
+    assert record_bytes.startswith(b'{"op":"tail"') and record_bytes.endswith(b"\n"), "no committed tail record"
+    return root, last_id, begin
+
+
+@pytest.mark.parametrize("update", ["quotes", "max"])
+def test_update_last_of_a_large_line_survives_sigkill_after_the_cut(
+    tmp_path: pathlib.Path, update: str, request: pytest.FixtureRequest
+) -> None:
+    """The new line of ``update_last`` lives only in its roll-forward record once the
+    transcript is cut. Escaped quotes make that record four times the line, and a plain
+    line of ``max_message_bytes`` is already as long as any fixed read limit: recovery
+    must read the whole record, however long, and complete the update."""
+    root, last_id, begin = kill_before_new_last_line(tmp_path, update)
+    record(request.config, "crash: SIGKILL trials")
+    lock = root / f"{KEY}.lock"
+    assert lock.stat().st_size - RECORD_OFFSET > 1 << 24, "the record is not larger than 16 MiB"
+
+    store = SessionStore(root, lock_timeout=10)
+    messages = store.try_load(KEY)
+    assert [m.content for m in messages[:1]] == ["v0"]
+    assert len(messages) == 2, "the acknowledged last message was lost"
+    assert messages[1].id == last_id and messages[1].content == begin["char"] * begin["size"]
+    assert store.get_message_count(KEY) == 2
+    assert lock.stat().st_size == RECORD_OFFSET, "the record was not cleared after completing it"
+
+
+def test_verify_reads_a_pending_record_over_one_mib_whole(tmp_path: pathlib.Path,
+                                                         request: pytest.FixtureRequest) -> None:
+    """``verify`` reads a pending record as recovery does: a committed 2 MB ``tail`` record
+    left by a killed writer is reported as committed (rolled forward), not as torn."""
+    root, last_id, begin = kill_before_new_last_line(tmp_path, "2000000")
+    record(request.config, "crash: SIGKILL trials")
+    assert (root / f"{KEY}.lock").stat().st_size - RECORD_OFFSET > 1 << 20
+    done = subprocess.run([sys.executable, "-m", "jsonl_sessions", "--root", str(root), "verify", "--json"],
+                          capture_output=True, timeout=60, check=False)
+    report = json.loads(done.stdout)
+    findings = [f for f in report["problems"] + report["notes"] if f["kind"] == "pending-record"]
+    assert len(findings) == 1 and "committed 'tail' record" in findings[0]["message"], findings
+
+    messages = SessionStore(root, lock_timeout=10).try_load(KEY)
+    assert [(m.id, m.content) for m in messages[1:]] == [(last_id, "x" * begin["size"])]

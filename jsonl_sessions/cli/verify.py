@@ -269,14 +269,11 @@ def _check_lock(report: Report, root: str, stem: str, lock: _Entry, key: str | N
         report.findings.append(Finding("busy", lock.name, "a write is in progress", key=key, problem=False))
         return
     if control.pending:
-        try:
-            fd = _platform.open_file(path, os.O_RDONLY)
-            try:
-                raw = _platform.pread(fd, 1 << 20, RECORD_OFFSET)
-            finally:
-                _platform.close(fd)
-        except OSError:
-            raw = b""
+        try:  # the whole record, read as recovery reads it (a tail record can be large)
+            raw = read_head(path, record_bytes=None).record or b""
+        except (OSError, SessionStoreError) as exc:
+            report.findings.append(Finding("unreadable", lock.name, str(exc), key=key))
+            return
         try:
             record = parse_record(raw, path=path, key=key)
             what = (f"a committed {record.op!r} record whose writer died (rolled forward by the next access)"
