@@ -4,7 +4,9 @@ It is the one seam for platform differences (fsync flavour, directory fsync, fil
 locking, "who holds this lock") and for fault injection: the store always calls these
 functions as attributes of this module (``_platform.write(...)``), so a test or
 :mod:`jsonl_sessions.testing` can replace one of them and make the Nth ``write``,
-``fsync``, ``replace``, ``truncate``, ``unlink`` or ``open`` fail.
+``fsync``, ``replace``, ``truncate``, ``unlink``, ``open`` or ``lstat`` fail. Existence
+checks go through :func:`exists` (an ``lstat``), which raises on any error but absence:
+an I/O error is never taken for "the file is not there".
 
 Files are opened with ``O_NOFOLLOW`` (a symlink planted inside root is never followed)
 and ``O_CLOEXEC``, and created with mode 0600.
@@ -12,9 +14,11 @@ and ``O_CLOEXEC``, and created with mode 0600.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
+from collections.abc import Iterator
 
 IS_WINDOWS = sys.platform == "win32"
 IS_DARWIN = sys.platform == "darwin"
@@ -44,6 +48,34 @@ def fstat(fd: int) -> os.stat_result:
 def lstat(path: str) -> os.stat_result:
     """Stat ``path`` itself (a symlink is not followed)."""
     return os.lstat(path)
+
+
+def exists(path: str) -> bool:
+    """Whether ``path`` exists (itself: a dangling symlink exists). One :func:`lstat`.
+    False only when the name is absent (``ENOENT``, ``ENOTDIR``); any other error
+    (``EIO``, ``EACCES``...) raises, so an error is never taken for absence."""
+    try:
+        lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
+def is_dir(path: str) -> bool:
+    """Whether ``path`` is a directory (a symlink to one counts). False when absent."""
+    return os.path.isdir(path)
+
+
+@contextlib.contextmanager
+def scandir(path: str) -> Iterator[Iterator[os.DirEntry[str]]]:
+    """``with scandir(path) as entries``: the entries of directory ``path``."""
+    with os.scandir(path) as entries:
+        yield entries
+
+
+def listdir(path: str) -> list[str]:
+    """The names in directory ``path``."""
+    return os.listdir(path)
 
 
 #: The most one read(2) returns on Linux (``MAX_RW_COUNT``; macOS caps at ``INT_MAX``): a

@@ -265,7 +265,8 @@ class Moves:
     """``replace_conversation_state``: complete, fsynced temp files to rename over their
     targets (names in root). Completing it: rename each temp file that still exists (one
     odd stretch of the counter around all of them: a lock-free reader never sees the new
-    sidecar with the old transcript), then fsync the directory."""
+    sidecar with the old transcript), then fsync the directory. Raises if
+    it cannot tell whether a temp file exists (an I/O error is never read as "absent")."""
 
     op: ClassVar[str] = "moves"
     moves: tuple[tuple[str, str], ...]
@@ -285,7 +286,9 @@ class Moves:
         with in_place(guard):
             for src, dst in self.moves:
                 src_path = os.path.join(files.root, src)
-                if os.path.lexists(src_path):
+                # Only a missing name skips a rename: an error raises (the record stays
+                # and the next guard holder completes it), never leaves half the moves.
+                if _platform.exists(src_path):
                     _platform.replace(src_path, os.path.join(files.root, dst))
         _platform.fsync_dir(files.root)
 

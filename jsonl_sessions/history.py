@@ -12,7 +12,6 @@ by counting newlines backwards. No index file exists to go stale. Reads take no 
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any
 
 from . import _platform, codec, sidecar, snapshot
@@ -109,7 +108,7 @@ def _count_matches(files: SessionFiles, fd: int, size: int) -> bool:
     sequence counter, which the snapshot checks)."""
     st = _platform.fstat(fd)
     try:
-        return st.st_size == size and os.lstat(files.transcript).st_ino == st.st_ino
+        return st.st_size == size and _platform.lstat(files.transcript).st_ino == st.st_ino
     except OSError:
         return False
 

@@ -122,7 +122,7 @@ class SessionFiles:
     def transcript_exists(self) -> bool:
         """Whether the transcript is a regular file (a symlink is not a session). One lstat."""
         try:
-            return stat.S_ISREG(os.lstat(self.transcript).st_mode)
+            return stat.S_ISREG(_platform.lstat(self.transcript).st_mode)
         except FileNotFoundError:
             return False
 
@@ -181,7 +181,7 @@ def list_keys(root: str) -> list[str]:
     regular files (not symlinks), do not start with ``.``, and decode back to a key.
     Never parses a transcript. O(files in root)."""
     keys = []
-    with os.scandir(root) as entries:
+    with _platform.scandir(root) as entries:
         for entry in entries:
             name = entry.name
             if not name.endswith(TRANSCRIPT_SUFFIX) or name.startswith("."):

@@ -114,18 +114,18 @@ def cleanup_stale(root: Root, ttl_hours: float) -> CleanupReport:
 def _remove_orphan_sidecars(root: Root, cutoff_ns: int) -> list[str]:
     """Unlink sidecars without a transcript (not sessions) last modified before the cutoff,
     each under its session's guard (skipped when busy); their paths."""
-    with os.scandir(root.path) as entries:
+    with _platform.scandir(root.path) as entries:
         stems = [found[1] for e in entries if (found := classify(e.name)) is not None and found[0] == "sidecar"]
     removed = []
     for stem in stems:
         path = os.path.join(root.path, stem + SIDECAR_SUFFIX)
-        key = None if os.path.lexists(path[: -len(SIDECAR_SUFFIX)] + TRANSCRIPT_SUFFIX) else key_of_stem(root.path, stem)
+        key = None if _platform.exists(path[: -len(SIDECAR_SUFFIX)] + TRANSCRIPT_SUFFIX) else key_of_stem(root.path, stem)
         if key is None or root.files(key).sidecar != path:
             continue
         files = root.files(key)
         with contextlib.suppress(LockTimeoutError, FileNotFoundError), mutate(root, files, timeout=0):
-            st = os.lstat(path)
-            if not os.path.lexists(files.transcript) and stat.S_ISREG(st.st_mode) and st.st_mtime_ns < cutoff_ns:
+            st = _platform.lstat(path)
+            if not _platform.exists(files.transcript) and stat.S_ISREG(st.st_mode) and st.st_mtime_ns < cutoff_ns:
                 _platform.unlink(path)
                 if root.durable:
                     _platform.fsync_dir(root.path)
@@ -138,7 +138,7 @@ def clean_leftovers(root: Root) -> None:
     """Remove temp files left by an interrupted write (completing committed records first),
     for every session whose guard is free right now. Never waits."""
     try:
-        names = os.listdir(root.path)
+        names = _platform.listdir(root.path)
     except OSError:
         return
     stems = {found[1] for name in names if (found := classify(name)) is not None and found[0] == "temp" and found[1]}

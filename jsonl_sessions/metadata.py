@@ -20,7 +20,7 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from . import sidecar, snapshot
+from . import _platform, sidecar, snapshot
 from .errors import CorruptMetadataError
 from .layout import SessionFiles, list_keys, read_sidecar
 from .messages import delete, log, update_sidecar
@@ -52,7 +52,7 @@ def look(files: SessionFiles) -> Look | None:
     """The session's sidecar and stats without a lock; None when the session does not
     exist (or its transcript is not a regular file). An unreadable sidecar is ``error``."""
     try:
-        st = os.lstat(files.transcript)
+        st = _platform.lstat(files.transcript)
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(st.st_mode):
@@ -61,7 +61,7 @@ def look(files: SessionFiles) -> Look | None:
         meta, mtime = read_sidecar(files.sidecar, files.key)
     except CorruptMetadataError as exc:
         try:
-            mtime = os.lstat(files.sidecar).st_mtime_ns
+            mtime = _platform.lstat(files.sidecar).st_mtime_ns
         except OSError:
             mtime = None
         return Look(None, exc, st, mtime)

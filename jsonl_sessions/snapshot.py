@@ -129,7 +129,7 @@ def _store_count(root: Root, files: SessionFiles, counted: os.stat_result, lines
     with contextlib.suppress(SessionStoreError, OSError):
         guard = acquire(root, files, timeout=0)
         try:
-            now = os.lstat(files.transcript)
+            now = _platform.lstat(files.transcript)
             if guard.seq == seq and (now.st_ino, now.st_size, now.st_mtime_ns) == (
                     counted.st_ino, counted.st_size, counted.st_mtime_ns):
                 guard.write_count(counted, lines)

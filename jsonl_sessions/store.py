@@ -102,7 +102,7 @@ class SessionStore:
         path = os.path.abspath(os.fspath(root))
         self._durability: Durability = durability
         self._root = Root(path, durability == "fsync", lock_timeout, clock or now_ms, max_message_bytes)
-        if not os.path.isdir(path):
+        if not _platform.is_dir(path):
             _platform.makedirs(path)
             if self._root.durable:
                 _platform.fsync_dir(os.path.dirname(path) or ".")
@@ -480,7 +480,9 @@ class SessionStore:
         staleness and state are checked again, and is :meth:`delete_session`'s (transcript
         first), so a crash half-way leaves the whole session or nothing that lists as one.
         Also removes orphan sidecars (left by a delete or create that crashed half-way)
-        older than the TTL; they are not counted. Cost: O(sessions) stats and sidecar reads."""
+        older than the TTL; they are not counted. A transcript whose ``lstat`` fails with
+        an I/O error is never taken for a missing one: the sweep raises that ``OSError``
+        (what it deleted before stays deleted). Cost: O(sessions) stats and sidecar reads."""
         return len(maintenance.cleanup_stale(self._root, ttl_hours).deleted)
 
     def compact(self, key: str, *, repair: bool = False) -> int:

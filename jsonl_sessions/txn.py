@@ -438,10 +438,12 @@ class Tx:
             self.install(chunks)
         except BaseException:
             # The rename may already have happened (the directory fsync failed): take the
-            # transcript away again; drop the sidecar only once no transcript is left.
+            # transcript away again; drop the sidecar only once no transcript is known to
+            # be left (a stat that fails keeps it: a sidecar alone is not a session).
             unlink_quietly(self.files.transcript)
-            if not os.path.lexists(self.files.transcript):
-                unlink_quietly(self.files.sidecar)
+            with contextlib.suppress(OSError):
+                if not _platform.exists(self.files.transcript):
+                    unlink_quietly(self.files.sidecar)
             raise
 
     def move_together(self, lines: list[bytes], meta: dict[str, Any]) -> None:

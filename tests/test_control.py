@@ -3,13 +3,16 @@ committed record is reported against the control file at the record's own offset
 
 from __future__ import annotations
 
+import errno
 import pathlib
+from typing import Any
 
 import pytest
 
 from jsonl_sessions import SessionStore
 from jsonl_sessions.control import RECORD_OFFSET, AppendBatch, Moves, TailRewrite, encode_record, parse_record
 from jsonl_sessions.errors import CorruptControlError, CorruptTranscriptError
+from jsonl_sessions.testing.faults import FaultInjector as Injector
 
 
 def _plant(store: SessionStore, key: str, record: bytes) -> tuple[pathlib.Path, bytes]:
@@ -57,3 +60,38 @@ def test_records_round_trip_through_their_bytes(record: AppendBatch | TailRewrit
     assert raw.endswith(b"\n") and raw.startswith(b'{"op":"' + record.op.encode() + b'"')
     assert parse_record(raw) == record
     assert parse_record(raw[:-1]) is None  # no final newline: never committed
+
+
+# -- completing moves ---------------------------------------------------------------------------
+@pytest.mark.parametrize("persistent", [False, True], ids=["once", "from-then-on"])
+def test_an_io_error_checking_a_moves_temp_file_raises_and_recovery_completes(tmp_path: pathlib.Path,
+                                                                             persistent: bool) -> None:
+    """``replace_conversation_state`` completing its ``moves`` record: an I/O error on the
+    lstat that checks a temp file is not "the temp file is gone" (which would skip its
+    rename and leave the new sidecar over the old transcript). The call raises; recovery,
+    once the error is gone, renames it: transcript, breadcrumb flag and count all new."""
+    root = tmp_path / "s"
+    store = SessionStore(root, durability="fsync")
+    store.replace_conversation_state("k", [{"role": "user", "content": c} for c in "abcd"], False)
+    temp = str(root / ".k.jsonl.tmp")
+
+    def on_temp(kind: str, args: tuple[Any, ...]) -> bool:
+        return bool(args[0] == temp)
+
+    new = [{"role": "user", "content": c} for c in "xyz"]
+    with Injector("lstat", 1, persistent=persistent, match=on_temp) as injector, \
+            pytest.raises(OSError) as info:
+        store.replace_conversation_state("k", new, True)
+    assert info.value.errno == errno.EIO and injector.injected >= 1
+    if persistent:  # recovery checks the same way: under the same error it raises, changing nothing
+        assert (root / "k.lock").stat().st_size > RECORD_OFFSET, "the record was dropped"
+        with Injector("lstat", 1, persistent=True, match=on_temp), pytest.raises(OSError):
+            store.append("k", {"role": "user", "content": "not now"})
+        assert (root / "k.lock").stat().st_size > RECORD_OFFSET
+    fresh = SessionStore(root)
+    assert [m.content for m in fresh.load("k")] == ["x", "y", "z"]
+    assert fresh.get_session_metadata("k").trim_breadcrumb is True  # type: ignore[union-attr]
+    assert fresh.get_message_count("k") == store.get_message_count("k") == 3
+    assert (root / "k.lock").stat().st_size == RECORD_OFFSET
+    assert sorted(p.name for p in root.iterdir() if p.name.endswith(".tmp")) == []
+

@@ -11,6 +11,7 @@ keeps a quarantine copy).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -763,3 +764,33 @@ def test_repair_without_its_quarantine_copy_changes_nothing(store: SessionStore,
     assert inj.injected == 1
     assert path.read_bytes() == original
     assert quarantines(store) == []
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["once", "from-then-on"])
+def test_cleanup_stale_never_takes_an_lstat_error_for_a_missing_transcript(store: SessionStore,
+                                                                           persistent: bool) -> None:
+    """A live (running) session with an old sidecar: for every lstat of its transcript that
+    ``cleanup_stale`` makes, an I/O error there makes the sweep raise or skip it; the
+    sidecar of a session whose transcript could not be checked is never deleted as an
+    orphan."""
+    store.append("live", {"role": "user", "content": "still here"})
+    store.set_session_state("live", "running", "t")
+    set_mtime(store, "live", time.time_ns() - 3 * HOUR_NS)
+    transcript, sidecar = path_of(store, "live", ".jsonl"), path_of(store, "live", ".meta.json")
+    kept = pathlib.Path(sidecar).read_bytes()
+
+    def on_transcript(kind: str, args: tuple[Any, ...]) -> bool:
+        return bool(args[0] == transcript)
+
+    with Injector("lstat", 1 << 30, match=on_transcript) as counting:  # never fails: counts the checks
+        assert store.cleanup_stale(1) == 0
+    assert counting.calls >= 2, "cleanup_stale checks the transcript without going through the seam"
+    for n in range(1, counting.calls + 1):
+        with Injector("lstat", n, persistent=persistent, match=on_transcript) as injector:
+            try:
+                store.cleanup_stale(1)
+            except OSError as exc:
+                assert exc.errno == errno.EIO
+        assert injector.injected >= 1
+        assert pathlib.Path(sidecar).read_bytes() == kept, f"the sidecar went with an error at lstat {n}"
+        assert store.get_session_metadata("live").state == "running"  # type: ignore[union-attr]

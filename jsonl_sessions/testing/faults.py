@@ -4,7 +4,9 @@ Every OS call :class:`~jsonl_sessions.SessionStore` makes goes through a functio
 :mod:`jsonl_sessions._platform`, called as a module attribute. :class:`FaultInjector`
 swaps those attributes for wrappers (no file-system mocks: the real calls still run),
 so the Nth ``write`` / ``pwrite`` / ``fsync`` / ``fsync_dir`` / ``replace`` /
-``truncate`` / ``unlink`` / ``open_file`` (or the Nth of any of them) can
+``truncate`` / ``unlink`` / ``open_file`` / ``lstat`` (which every existence check of
+the store, ``_platform.exists``, makes) / ``scandir`` / ``listdir`` (or the Nth of any
+of them) can
 
 - raise ``OSError(errno)`` before doing anything (``EIO``, ``ENOSPC``, ``EDQUOT``...),
   once (transient) or from then on (``persistent``: the store's own clean-up and
@@ -48,7 +50,8 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 #: The kinds of OS call that can be made to fail (``"open"`` is an alias of ``"open_file"``).
-KINDS = ("write", "pwrite", "fsync", "fsync_dir", "replace", "truncate", "unlink", "open_file")
+KINDS = ("write", "pwrite", "fsync", "fsync_dir", "replace", "truncate", "unlink", "open_file", "lstat", "scandir",
+         "listdir")
 TORN_KINDS = ("write", "pwrite")
 #: The errors injected by default, in turn: I/O error, disk full, quota exceeded.
 ERRNOS: tuple[int, ...] = (errno.EIO, errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
