@@ -265,7 +265,7 @@ class Moves:
     """``replace_conversation_state``: complete, fsynced temp files to rename over their
     targets (names in root). Completing it: rename each temp file that still exists (one
     odd stretch of the counter around all of them: a lock-free reader never sees the new
-    sidecar with the old transcript), then fsync the directory. Raises if
+    sidecar with the old transcript), then fsync the directory (when durable). Raises if
     it cannot tell whether a temp file exists (an I/O error is never read as "absent")."""
 
     op: ClassVar[str] = "moves"
@@ -290,7 +290,8 @@ class Moves:
                 # and the next guard holder completes it), never leaves half the moves.
                 if _platform.exists(src_path):
                     _platform.replace(src_path, os.path.join(files.root, dst))
-        _platform.fsync_dir(files.root)
+        if durable:
+            _platform.fsync_dir(files.root)
 
 
 def _plain_name(name: object) -> bool:

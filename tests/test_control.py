@@ -8,6 +8,7 @@ import pathlib
 from typing import Any
 
 import pytest
+from syscalls import SyscallProbe
 
 from jsonl_sessions import SessionStore
 from jsonl_sessions.control import RECORD_OFFSET, AppendBatch, Moves, TailRewrite, encode_record, parse_record
@@ -95,3 +96,23 @@ def test_an_io_error_checking_a_moves_temp_file_raises_and_recovery_completes(tm
     assert (root / "k.lock").stat().st_size == RECORD_OFFSET
     assert sorted(p.name for p in root.iterdir() if p.name.endswith(".tmp")) == []
 
+
+def test_flush_mode_makes_no_fsync(tmp_path: pathlib.Path) -> None:
+    """``"flush"`` skips every fsync, of files and of the directory, in every mutation
+    (counted through the platform seam and under it)."""
+    store = SessionStore(tmp_path / "s", durability="flush")
+    store.append("k", {"role": "user", "content": "a"})
+    msgs = [{"role": "user", "content": c} for c in "bc"]
+    with SyscallProbe() as probe:
+        store.append("k", {"role": "user", "content": "d"})
+        store.append_many("k", msgs)
+        store.update_last("k", {"role": "user", "content": "e"})
+        store.remove_last("k")
+        store.replace_conversation_state("k", msgs, True)
+        store.replace_conversation_state_if_exists("k", msgs, False)
+        store.rewrite_messages("k", msgs)
+        store.set_session_name("k", "n")
+        store.append("other", {"role": "user", "content": "f"})
+        store.delete_session("other")
+    assert probe.seam["replace"] >= 4  # the replaces above ran
+    assert (probe.seam["fsync"], probe.seam["fsync_dir"], probe.os["os.fsync"]) == (0, 0, 0)
