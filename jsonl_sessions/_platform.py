@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import sys
 from collections.abc import Iterator
 
@@ -62,8 +63,12 @@ def exists(path: str) -> bool:
 
 
 def is_dir(path: str) -> bool:
-    """Whether ``path`` is a directory (a symlink to one counts). False when absent."""
-    return os.path.isdir(path)
+    """Whether ``path`` is a directory (a symlink to one counts). False when absent or
+    not a directory; any other error raises, as in :func:`exists`."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 @contextlib.contextmanager
