@@ -23,6 +23,7 @@ and in a forked child.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -44,6 +45,8 @@ from .control import (
 from .errors import LockTimeoutError
 from .layout import open_regular
 from .lines import Tail
+
+log = logging.getLogger("jsonl_sessions")
 
 _MAX_IDLE_GUARDS = 512
 _FIRST_DELAY = 0.0001
@@ -192,11 +195,20 @@ class SessionGuard:
         return bool(self._depth) and self._owner == threading.get_ident()
 
     def release(self) -> None:
+        """Give the guard back; the flock goes with the last level. Never raises: the
+        mutation the guard covered is done (maybe acknowledged), so a failure to unlock
+        must not report it as failed (a retry would repeat it). A failed unlock is logged
+        and the lock file's descriptor closed instead, which drops the flock all the same;
+        the next acquire opens it again."""
         self._depth -= 1
         if self._depth == 0:
             self._owner = 0
             try:
                 _platform.unlock(self._fd)
+            except OSError as exc:
+                log.warning("releasing the lock of %s failed (%s); closing its descriptor instead", self.path, exc)
+                fd, self._fd = self._fd, -1
+                _close_quietly(fd)
             finally:
                 self._rlock.release()
         else:
