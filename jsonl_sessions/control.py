@@ -85,10 +85,11 @@ def decode_head(raw: bytes) -> Head:
     return Head(seq, cache, record)
 
 
-def read_head(path: str, record_bytes: int = 1) -> Head:
+def read_head(path: str, record_bytes: int = 1, key: str | None = None) -> Head:
     """The control file at ``path`` read without locking (all zero when there is none);
-    ``record_bytes``: how much of a record to read. :class:`UnsafePathError` for a symlink."""
-    opened = open_regular(path, os.O_RDONLY)
+    ``record_bytes``: how much of a record to read. :class:`UnsafePathError` (naming
+    session ``key``) for a symlink or another non-regular file."""
+    opened = open_regular(path, os.O_RDONLY, key)
     if opened is None:
         return Head(0, None, None)
     fd, _st = opened

@@ -19,6 +19,12 @@ mutation in this process skips the open and the tail read when one ``lstat`` sho
 same file (see :meth:`jsonl_sessions.txn.Tx.open`). At most :data:`MAX_VIEWS` are kept
 open in a process; they are closed on delete, on eviction, by ``SessionStore.close()``
 and in a forked child.
+
+Descriptors kept between calls (a lock file per guard, a transcript per view) are
+bounded by the process's descriptor limit too, read when a store is created
+(:meth:`GuardRegistry.fit`): idle guards beyond a quarter of it are closed, and at most
+an eighth of it is kept as views, so a process under a low limit (macOS defaults to 256)
+never runs out of descriptors because of what the store keeps.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from .lines import Tail
 
 log = logging.getLogger("jsonl_sessions")
 
+#: The most guards (each with its lock file open) kept in a process before idle ones are closed.
 _MAX_IDLE_GUARDS = 512
 _FIRST_DELAY = 0.0001
 _MAX_DELAY = 0.005
@@ -324,14 +331,27 @@ class SessionGuard:
 
 
 class GuardRegistry:
-    """Process-wide map of lock-file path -> :class:`SessionGuard` (bounded: idle guards
-    beyond a few hundred have their descriptors closed)."""
+    """Process-wide map of lock-file path -> :class:`SessionGuard` (bounded: past
+    :attr:`max_guards` guards, the idle ones have their descriptors closed)."""
 
     def __init__(self) -> None:
         self._guards: dict[str, SessionGuard] = {}
         self._lock = threading.Lock()
         self._views = 0
         self._views_lock = threading.Lock()
+        #: Guards kept before the idle ones are closed, and transcripts kept open (:meth:`fit`).
+        self.max_guards = _MAX_IDLE_GUARDS
+        self.max_views = MAX_VIEWS
+
+    def fit(self, fd_limit: int | None) -> None:
+        """Size the caps to the process's descriptor limit (None: unlimited or unknown):
+        guards at most a quarter of it, kept transcripts an eighth, and never more than
+        ``_MAX_IDLE_GUARDS`` / :data:`MAX_VIEWS`. Called when a store is created."""
+        guards, views = _MAX_IDLE_GUARDS, MAX_VIEWS
+        if fd_limit is not None:
+            guards = max(1, min(guards, fd_limit // 4))
+            views = max(1, min(views, fd_limit // 8))
+        self.max_guards, self.max_views = guards, views
 
     def get(self, path: str) -> SessionGuard:
         guard = self._guards.get(path)
@@ -340,13 +360,21 @@ class GuardRegistry:
         with self._lock:
             guard = self._guards.get(path)
             if guard is None:
-                if len(self._guards) >= _MAX_IDLE_GUARDS:
+                if len(self._guards) >= self.max_guards:
                     self._evict_idle()
                 guard = self._guards[path] = SessionGuard(path)
             return guard
 
+    def close_idle(self, directory: str) -> None:
+        """Close the guards (lock file and kept transcript) of the sessions in
+        ``directory`` that no thread holds; a later use opens them again."""
+        with self._lock:
+            for path, guard in list(self._guards.items()):
+                if os.path.dirname(path) == directory and guard.close_if_idle():
+                    del self._guards[path]
+
     def view_opened(self) -> bool:
-        """Count one more kept transcript; at :data:`MAX_VIEWS`, first close the kept
+        """Count one more kept transcript; at :attr:`max_views`, first close the kept
         transcript of another guard no thread holds (the oldest such guard's); False (not
         counted) when none could be closed."""
         if self._count_view():
@@ -358,7 +386,7 @@ class GuardRegistry:
 
     def _count_view(self) -> bool:
         with self._views_lock:
-            if self._views >= MAX_VIEWS:
+            if self._views >= self.max_views:
                 return False
             self._views += 1
             return True

@@ -39,7 +39,7 @@ def consistent(root: Root, files: SessionFiles, read: Callable[[Head], _T]) -> _
     delay = 0.0001
     completed = False
     while True:
-        head = read_head(files.lock)
+        head = read_head(files.lock, key=files.key)
         if head.pending and not completed:
             # A committed record: its mutation counts as done, so the state it replaces
             # must not be returned. If its writer died, taking the guard (if free)
@@ -51,7 +51,7 @@ def consistent(root: Root, files: SessionFiles, read: Callable[[Head], _T]) -> _
             continue
         if not head.seq & 1:
             result = read(head)
-            if read_head(files.lock).seq == head.seq:
+            if read_head(files.lock, key=files.key).seq == head.seq:
                 return result
         elif time.monotonic() - started > READ_RETRY_SECONDS:
             try_recover(root, files)  # its writer may have died: recovery makes it even

@@ -84,6 +84,11 @@ class Root:
         """Close the transcripts kept open for this store's sessions (those no thread holds)."""
         REGISTRY.drop_views([files.lock for files in list(self._files.values())])
 
+    def close(self) -> None:
+        """Close every descriptor kept for the sessions of this directory (lock files and
+        transcripts) that no thread holds."""
+        REGISTRY.close_idle(self.path)
+
 
 def acquire(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> SessionGuard:
     """Take the session's guard (reentrant in a thread) and, when this took it first,
