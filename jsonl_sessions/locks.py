@@ -43,6 +43,7 @@ from .control import (
     RECORD_OFFSET,
     SEQ,
     SEQ_OFFSET,
+    VISIBLE_OFFSET,
     CountCache,
     Record,
     decode_head,
@@ -98,8 +99,8 @@ class GuardClosed(Exception):
 class SessionGuard:
     """The process-wide guard of one session. Use through :meth:`GuardRegistry.get`."""
 
-    __slots__ = ("_depth", "_fd", "_owner", "_rlock", "changes", "clean_mark", "closed", "count", "leading", "path",
-                 "pending", "pending_cond", "record", "seq", "view")
+    __slots__ = ("_depth", "_fd", "_owner", "_rlock", "changes", "clean_mark", "closed", "count", "hidden", "leading",
+                 "path", "pending", "pending_cond", "record", "seq", "view")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -108,6 +109,10 @@ class SessionGuard:
         self._depth = 0
         self.closed = False
         self.seq = 0
+        #: The visible end the control file holds (:meth:`hide_from`), or None. Found when
+        #: the guard was taken, its writer died before publishing the bytes past it:
+        #: recovery cuts them (never acknowledged) and clears it.
+        self.hidden: int | None = None
         #: The roll-forward record found when the guard was taken (bytes), or None.
         self.record: bytes | None = None
         #: The count cache, as read when the guard was taken and kept current since.
@@ -155,6 +160,7 @@ class SessionGuard:
         self._owner = threading.get_ident()
         decoded = decode_head(head)
         self.seq = decoded.seq
+        self.hidden = decoded.visible
         self.count = decoded.cache
         self.record = decoded.record
         if self.record is not None and len(head) == 4096:
@@ -233,6 +239,18 @@ class SessionGuard:
         if self.seq & 1:
             self.seq += 1
             _platform.pwrite(self._fd, SEQ.pack(self.seq), SEQ_OFFSET)
+
+    def hide_from(self, at: int) -> None:
+        """Publish that the transcript's bytes from ``at`` on are not acknowledged yet:
+        lock-free readers use only its first ``at`` bytes until :meth:`show_all`, and if
+        the writer dies first, recovery cuts them. One ``pwrite``."""
+        self.hidden = at
+        _platform.pwrite(self._fd, SEQ.pack(at + 1), VISIBLE_OFFSET)
+
+    def show_all(self) -> None:
+        """Readers may use the whole transcript again (one ``pwrite``)."""
+        _platform.pwrite(self._fd, bytes(SEQ.size), VISIBLE_OFFSET)
+        self.hidden = None
 
     def write_count(self, st: os.stat_result, lines: int) -> None:
         """Record that the transcript, as ``st`` describes it, has ``lines`` complete lines,

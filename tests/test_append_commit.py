@@ -5,15 +5,20 @@ never returned to a reader."""
 from __future__ import annotations
 
 import errno
+import os
 import pathlib
+import struct
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 from _child import child_env
 
-from jsonl_sessions import SessionStore, _platform
+from jsonl_sessions import SessionQuery, SessionStore, _platform
+from jsonl_sessions.control import VISIBLE_OFFSET
+from jsonl_sessions.layout import SessionFiles
 
 KEY = "k"
 
@@ -65,3 +70,85 @@ def test_a_failed_unlock_after_a_stored_append_does_not_fail_it(
     # And this store still appends (it reopens the lock file).
     store.append(KEY, user("after"))
     assert [m.content for m in store.try_load(KEY)][-3:] == ["once", "other", "after"]
+
+
+# -- no reader sees a line before its fsync returned -------------------------------------
+
+DIRTY_ID = "7ZZZZZZZZZZZZZZZZZZZZZZZZZ"  # the largest id: sorts after every assigned one
+
+
+def test_a_reader_never_returns_a_line_whose_fsync_then_fails(tmp_path: pathlib.Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SessionStore(tmp_path, durability="fsync")
+    for i in range(3):
+        store.append(KEY, user(f"m{i}"))
+    reader = SessionStore(tmp_path, durability="fsync")  # another store: its own view of nothing
+    in_fsync = threading.Event()
+    reader_done = threading.Event()
+    real_fsync = _platform.fsync
+
+    def fsync_blocks_then_fails(fd: int) -> None:
+        """The transcript's fsync: wait until the reader has looked, then fail."""
+        if not in_fsync.is_set():
+            in_fsync.set()
+            reader_done.wait(10)
+            raise OSError(errno.EIO, "injected: fsync")
+        real_fsync(fd)
+
+    outcome: dict[str, BaseException] = {}
+
+    def writer() -> None:
+        try:
+            store.append(KEY, {"id": DIRTY_ID, "role": "user", "content": "dirty"})
+        except OSError as exc:
+            outcome["error"] = exc
+
+    monkeypatch.setattr(_platform, "fsync", fsync_blocks_then_fails)
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert in_fsync.wait(10), "the append never reached its fsync"
+        # The line is written (in the page cache) but not durable: no reader may return it.
+        seen: dict[str, object] = {
+            "load": [m.content for m in reader.load(KEY)],
+            "try_load": [m.content for m in reader.try_load(KEY)],
+            "count": reader.get_message_count(KEY),
+            "messages": [m.content for m in reader.get_messages(KEY)],
+            "newest": [m.content for m in reader.get_messages(KEY, offset=2)],
+            "page": [m.content for m in reader.page(KEY, limit=10).messages],
+            "by id": reader.get_message(KEY, DIRTY_ID),
+            "search": [md.key for md in reader.search(SessionQuery("dirty"))],
+            "listed": [md.message_count for md in reader.list_sessions_with_metadata()],
+        }
+    finally:
+        reader_done.set()
+        thread.join(10)
+    assert isinstance(outcome.get("error"), OSError), "the injected fsync failure did not fail the append"
+    assert seen == {"load": ["m0", "m1", "m2"], "try_load": ["m0", "m1", "m2"], "count": 3,
+                    "messages": ["m0", "m1", "m2"], "newest": ["m2"], "page": ["m0", "m1", "m2"], "by id": None,
+                    "search": [], "listed": [3]}
+    monkeypatch.setattr(_platform, "fsync", real_fsync)
+    assert [m.content for m in reader.try_load(KEY)] == ["m0", "m1", "m2"]  # rolled back
+    store.append(KEY, user("next"))  # and the session goes on, its lines visible again at once
+    assert [m.content for m in reader.try_load(KEY)] == ["m0", "m1", "m2", "next"]
+    assert reader.get_message_count(KEY) == 4
+
+
+def test_a_line_its_dead_writer_never_published_is_hidden_then_cut_by_the_next_mutation(
+        tmp_path: pathlib.Path) -> None:
+    store = SessionStore(tmp_path, durability="fsync")
+    store.append(KEY, user("durable"))
+    files = SessionFiles.of(str(tmp_path), KEY)
+    durable_size = os.path.getsize(files.transcript)
+    store.append(KEY, user("unacknowledged"))  # as if its writer died before its fsync returned:
+    with open(files.lock, "r+b") as f:  # the visible end it published is still there
+        f.seek(VISIBLE_OFFSET)
+        f.write(struct.pack("<Q", durable_size + 1))
+    store.close()
+    reader = SessionStore(tmp_path, durability="fsync")
+    assert [m.content for m in reader.try_load(KEY)] == ["durable"]
+    assert reader.get_message_count(KEY) == 1
+    store.append(KEY, user("next"))  # the next guard holder cuts the line (never acknowledged) and clears it
+    assert [m.content for m in reader.try_load(KEY)] == ["durable", "next"]
+    with open(files.lock, "rb") as f:
+        assert f.read(8) == bytes(8)
