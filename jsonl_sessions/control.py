@@ -187,18 +187,6 @@ def _int(data: dict[str, Any], name: str) -> int:
     return value
 
 
-def cut_hidden(guard: Holder, files: SessionFiles, at: int) -> None:
-    """Cut the transcript back to the visible end ``at`` a durable append published and
-    never cleared (its writer died or failed before the append was acknowledged; no
-    lock-free reader saw the bytes past it). Durable; nothing when it is not longer."""
-
-    def complete(fd: int, size: int) -> None:
-        if size > at:
-            cut(guard, fd, at, durable=True)
-
-    _on_transcript(files, complete)
-
-
 @dataclass(frozen=True, slots=True)
 class AppendBatch:
     """``append_many`` of 2+ lines occupies bytes ``at``..``end``. Completing it: a

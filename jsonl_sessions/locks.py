@@ -110,8 +110,8 @@ class SessionGuard:
         self.closed = False
         self.seq = 0
         #: The visible end the control file holds (:meth:`hide_from`), or None. Found when
-        #: the guard was taken, its writer died before publishing the bytes past it:
-        #: recovery cuts them (never acknowledged) and clears it.
+        #: the guard was taken (its writer died, or a power loss kept it but not its
+        #: clearing), recovery clears it.
         self.hidden: int | None = None
         #: The roll-forward record found when the guard was taken (bytes), or None.
         self.record: bytes | None = None
@@ -241,9 +241,9 @@ class SessionGuard:
             _platform.pwrite(self._fd, SEQ.pack(self.seq), SEQ_OFFSET)
 
     def hide_from(self, at: int) -> None:
-        """Publish that the transcript's bytes from ``at`` on are not acknowledged yet:
-        lock-free readers use only its first ``at`` bytes until :meth:`show_all`, and if
-        the writer dies first, recovery cuts them. One ``pwrite``."""
+        """Publish that the transcript's bytes from ``at`` on are not durable yet: lock-free
+        readers use only its first ``at`` bytes until :meth:`show_all` (or, once this
+        guard is free again, recovery). One ``pwrite``."""
         self.hidden = at
         _platform.pwrite(self._fd, SEQ.pack(at + 1), VISIBLE_OFFSET)
 

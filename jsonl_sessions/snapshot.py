@@ -9,7 +9,8 @@ append in progress is a torn tail, which readers ignore.
 While a durable append is between its write and the end of its fsync, the control
 file's visible end says how many transcript bytes are durable: readers use only those
 (the appended lines are not returned before they are durable, so a line whose fsync
-fails and is rolled back was never seen), and never wait for the fsync.
+fails and is rolled back was never seen), and never wait for the fsync. One found while
+the guard is free is stale, and cleared first (as below).
 
 Two states are never returned: the one a committed roll-forward record replaces (the
 reader first takes the guard for a moment, if free, which completes the record), and
@@ -45,12 +46,14 @@ def consistent(root: Root, files: SessionFiles, read: Callable[[Head], _T]) -> _
     completed = False
     while True:
         head = read_head(files.lock, key=files.key)
-        if head.pending and not completed:
+        if (head.pending or head.visible is not None) and not completed:
             # A committed record: its mutation counts as done, so the state it replaces
             # must not be returned. If its writer died, taking the guard (if free)
             # completes it; if the guard is held, the writer is still running and the
             # state before its mutation is still the current one. Best effort: a failed
-            # completion is left to the next writer.
+            # completion is left to the next writer. A visible end likewise: held, its
+            # append is in flight (read up to it); free, it is stale (a dead writer's, or
+            # one a power loss kept): recovery clears it, so no acknowledged line is hidden.
             completed = True
             try_recover(root, files)
             continue

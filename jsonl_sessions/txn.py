@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from . import _platform, sidecar
 from ._atomic import atomic_write, unlink_quietly, write_temp
-from .control import AppendBatch, Moves, Record, TailRewrite, cut, cut_hidden, parse_record, rename_over
+from .control import AppendBatch, Moves, Record, TailRewrite, cut, parse_record, rename_over
 from .errors import SessionStoreError
 from .layout import SessionFiles
 from .lines import Tail, read_tail
@@ -134,8 +134,9 @@ def recover(guard: SessionGuard, files: SessionFiles) -> None:
         guard.clear_record(durable=True)
     if guard.seq & 1:
         guard.end_in_place()
-    if guard.hidden is not None:  # a durable append whose writer died before publishing it: never acknowledged
-        cut_hidden(guard, files, guard.hidden)
+    if guard.hidden is not None:
+        # Its writer died between write and acknowledgement (a crash may keep such a whole
+        # line), or a power loss kept the mark but not its clearing: the bytes stand.
         guard.show_all()
 
 
@@ -348,8 +349,9 @@ class Tx:
         counter is odd throughout when the append rewrites in place anyway (a torn tail
         cut, a batch), else the visible end hides them (:meth:`SessionGuard.hide_from`,
         one ``pwrite`` before the write and one after the fsync), which readers do not
-        wait on. Clearing it is then the commit point: if that fails the lines are cut
-        too, and if the writer dies before it the next guard holder cuts them."""
+        wait on. If clearing it fails, the lines are cut as after a failed fsync (a
+        reader may not see them until the next guard holder clears it, and the append
+        is not acknowledged)."""
         tail = self.tail()
         before = self.known_count()
         batch = lines > 1 and atomic

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 
 import pytest
 from _child import child_env
@@ -134,21 +135,36 @@ def test_a_reader_never_returns_a_line_whose_fsync_then_fails(tmp_path: pathlib.
     assert reader.get_message_count(KEY) == 4
 
 
-def test_a_line_its_dead_writer_never_published_is_hidden_then_cut_by_the_next_mutation(
-        tmp_path: pathlib.Path) -> None:
+def test_a_visible_end_its_dead_writer_left_is_cleared_by_the_next_reader(tmp_path: pathlib.Path) -> None:
     store = SessionStore(tmp_path, durability="fsync")
     store.append(KEY, user("durable"))
     files = SessionFiles.of(str(tmp_path), KEY)
     durable_size = os.path.getsize(files.transcript)
-    store.append(KEY, user("unacknowledged"))  # as if its writer died before its fsync returned:
-    with open(files.lock, "r+b") as f:  # the visible end it published is still there
+    store.append(KEY, user("second"))
+    # As if its writer died after the write (or a power loss kept the mark, not its clearing).
+    with open(files.lock, "r+b") as f:
         f.seek(VISIBLE_OFFSET)
         f.write(struct.pack("<Q", durable_size + 1))
     store.close()
     reader = SessionStore(tmp_path, durability="fsync")
-    assert [m.content for m in reader.try_load(KEY)] == ["durable"]
-    assert reader.get_message_count(KEY) == 1
-    store.append(KEY, user("next"))  # the next guard holder cuts the line (never acknowledged) and clears it
-    assert [m.content for m in reader.try_load(KEY)] == ["durable", "next"]
+    assert [m.content for m in reader.try_load(KEY)] == ["durable", "second"]  # the guard was free: stale
     with open(files.lock, "rb") as f:
         assert f.read(8) == bytes(8)
+    # Held by a live writer (here: this thread's lock block), the same mark bounds readers.
+    with store.lock(KEY):
+        with open(files.lock, "r+b") as f:
+            f.seek(VISIBLE_OFFSET)
+            f.write(struct.pack("<Q", durable_size + 1))
+        seen = run_in_thread(lambda: [m.content for m in reader.try_load(KEY)])
+        assert seen == ["durable"]
+        assert run_in_thread(lambda: reader.get_message_count(KEY)) == 1
+    assert [m.content for m in reader.try_load(KEY)] == ["durable", "second"]  # released: stale again, cleared
+
+
+def run_in_thread(op: Callable[[], object]) -> object:
+    """``op()`` run by another thread (this one holds a guard, which it could re-enter)."""
+    box: list[object] = []
+    thread = threading.Thread(target=lambda: box.append(op()))
+    thread.start()
+    thread.join(30)
+    return box[0]
