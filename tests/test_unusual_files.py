@@ -156,6 +156,20 @@ def test_a_non_regular_session_file_never_hangs_an_operation(
         assert listed["a"].message_count >= 1 and listed["a"].name is None
 
 
+def test_a_store_opens_and_cleans_up_past_a_session_whose_lock_file_is_a_fifo(tmp_path: pathlib.Path,
+                                                                              unblock: list[str]) -> None:
+    root = tmp_path / "store"
+    build(root)
+    unblock.append(plant(root, "lock", "fifo"))
+    files = SessionFiles.of(str(root), "a")
+    with open(files.tmp_transcript, "wb"):  # a temp file, as an interrupted write leaves: opening cleans those up
+        pass
+    store = within(HANG, lambda: SessionStore(root))
+    assert within(HANG, store.list_sessions) == ["a", "b"]
+    assert within(HANG, lambda: store.cleanup_stale(0)) == 1  # "b"; "a" cannot be locked, so it stays
+    assert within(HANG, store.list_sessions) == ["a"]
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_the_command_line_never_hangs_on_a_fifo(tmp_path: pathlib.Path, role: str, unblock: list[str]) -> None:
     root = tmp_path / "store"
