@@ -45,7 +45,7 @@ def test_appends_to_a_thousand_sessions_under_a_limit_of_256_descriptors(tmp_pat
 def test_close_releases_every_descriptor_the_store_kept(tmp_path: pathlib.Path) -> None:
     before = open_descriptors()
     for durability in ("fsync", "flush"):
-        store = SessionStore(tmp_path / durability, durability=durability)  # type: ignore[arg-type]
+        store = SessionStore(tmp_path / durability, durability=durability)
         for i in range(40):
             key = f"s{i}"
             store.append(key, {"role": "user", "content": "hello"})

@@ -259,6 +259,7 @@ def test_an_unreadable_session_file_is_listed_with_a_warning_by_api_and_cli() ->
         def work() -> int:
             api = SessionStore(store_root)
             report: dict[str, Any] = {
+                "euid": os.geteuid(),
                 "listed": {md.key: [md.name, md.message_count] for md in api.list_sessions_with_metadata()},
                 "search": sorted(md.key for md in api.search(SessionQuery("hello"))),
             }
@@ -272,6 +273,7 @@ def test_an_unreadable_session_file_is_listed_with_a_warning_by_api_and_cli() ->
         assert code == 0, err
         lines = out.splitlines()
         report = orjson.loads(lines[0])
+        assert report["euid"] != 0  # really without root's privileges, which ignore file modes
         listed = report["listed"]
         assert sorted(listed) == ["fine", "lock", "sidecar", "transcript"]
         assert listed["fine"] == ["name fine", 1]
