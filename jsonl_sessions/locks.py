@@ -151,7 +151,7 @@ class SessionGuard:
             try:
                 head = _platform.pread(self._fd, 4096, 0)
             except BaseException:
-                _platform.unlock(self._fd)
+                self._unlock()
                 raise
         except BaseException:
             self._rlock.release()
@@ -217,15 +217,20 @@ class SessionGuard:
         if self._depth == 0:
             self._owner = 0
             try:
-                _platform.unlock(self._fd)
-            except OSError as exc:
-                log.warning("releasing the lock of %s failed (%s); closing its descriptor instead", self.path, exc)
-                fd, self._fd = self._fd, -1
-                _close_quietly(fd)
+                self._unlock()
             finally:
                 self._rlock.release()
         else:
             self._rlock.release()
+
+    def _unlock(self) -> None:
+        """Drop the flock; if unlocking fails, close the descriptor, which drops it too."""
+        try:
+            _platform.unlock(self._fd)
+        except OSError as exc:
+            log.warning("releasing the lock of %s failed (%s); closing its descriptor instead", self.path, exc)
+            fd, self._fd = self._fd, -1
+            _close_quietly(fd)
 
     # -- control file (only while held) ----------------------------------------------
     def begin_in_place(self) -> None:

@@ -73,6 +73,33 @@ def test_a_failed_unlock_after_a_stored_append_does_not_fail_it(
     assert [m.content for m in store.try_load(KEY)][-3:] == ["once", "other", "after"]
 
 
+def test_a_failed_unlock_after_a_failed_acquire_still_drops_the_flock(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SessionStore(tmp_path, durability="flush")
+    store.append(KEY, user("before"))
+    real_pread, real_unlock = _platform.pread, _platform.unlock
+
+    def head_read_fails(fd: int, size: int, offset: int) -> bytes:
+        if (size, offset) == (4096, 0):  # the control file's head, read once the flock is taken
+            raise OSError(errno.EIO, "injected: pread")
+        return real_pread(fd, size, offset)
+
+    def unlock_fails(fd: int) -> None:
+        raise OSError(errno.EIO, "injected: unlock")
+
+    monkeypatch.setattr(_platform, "pread", head_read_fails)
+    monkeypatch.setattr(_platform, "unlock", unlock_fails)
+    with pytest.raises(OSError, match="injected: pread"):
+        store.append(KEY, user("failed"))
+    monkeypatch.setattr(_platform, "pread", real_pread)
+    monkeypatch.setattr(_platform, "unlock", real_unlock)
+    done = subprocess.run([sys.executable, "-c", _OTHER_PROCESS_APPENDS, str(tmp_path), KEY], env=child_env(),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr  # the flock went with the closed descriptor
+    store.append(KEY, user("after"))
+    assert [m.content for m in store.try_load(KEY)] == ["before", "other", "after"]
+
+
 # -- no reader sees a line before its fsync returned -------------------------------------
 
 DIRTY_ID = "7ZZZZZZZZZZZZZZZZZZZZZZZZZ"  # the largest id: sorts after every assigned one
