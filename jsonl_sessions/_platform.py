@@ -28,13 +28,26 @@ _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_BINARY = getattr(os, "O_BINARY", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_O_NEW = os.O_CREAT | os.O_EXCL
 
 #: Errors that mean "the path is a symlink (or not a plain file) and was not followed".
 SYMLINK_ERRNOS = frozenset({errno.ELOOP, errno.EMLINK, errno.ENOTDIR, errno.EISDIR})
+#: Errors of a non-blocking open that mean "not a regular file": a socket, a FIFO opened
+#: for writing without a reader, a device without a driver.
+NOT_REGULAR_ERRNOS = frozenset({errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP})
 
 
 def open_file(path: str, flags: int, mode: int = 0o600) -> int:
-    """Open ``path`` without following a final symlink; new files get ``mode``."""
+    """Open ``path`` without following a final symlink; new files get ``mode``.
+
+    Never waits in open(2): an existing file is opened with ``O_NONBLOCK``, since a FIFO
+    (or a device) planted where a session file belongs would otherwise block the open
+    forever. The descriptor keeps the flag until :func:`make_blocking`, which a caller
+    runs once ``fstat`` showed a regular file (:func:`jsonl_sessions.layout.open_regular`).
+    A new file (``O_CREAT | O_EXCL``) is always a regular one: opened without it."""
+    if flags & _O_NEW != _O_NEW:
+        flags |= _O_NONBLOCK
     return os.open(path, flags | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY, mode)
 
 
@@ -164,6 +177,17 @@ def unlink(path: str) -> None:
     os.unlink(path)
 
 
+def fd_limit() -> int | None:
+    """How many descriptors this process may have open (the soft ``RLIMIT_NOFILE``); None
+    when unlimited or not known (Windows)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY or soft <= 0 else soft
+
+
 def makedirs(path: str, mode: int = 0o700) -> None:
     """Create directory ``path`` (and missing parents) with ``mode``; no error if it exists."""
     os.makedirs(path, mode=mode, exist_ok=True)
@@ -178,6 +202,9 @@ if sys.platform == "win32":  # pragma: no cover - not this machine (a literal ch
 
     def unlock(fd: int) -> None:
         _filelock.unlock_descriptor(fd)
+
+    def make_blocking(fd: int, flags: int) -> None:
+        """No ``O_NONBLOCK`` on Windows: nothing to clear."""
 
     def lock_holder(fd: int) -> int | None:
         return None
@@ -204,6 +231,13 @@ else:
 
     def unlock(fd: int) -> None:
         _fcntl.flock(fd, _fcntl.LOCK_UN)
+
+    def make_blocking(fd: int, flags: int) -> None:
+        """Clear the ``O_NONBLOCK`` that :func:`open_file` set on ``fd``, opened with
+        ``flags`` (one ``fcntl``: the status flags become ``flags``' ``O_APPEND`` alone).
+        Linux and macOS ignore the flag on regular files; it is cleared all the same, so
+        a file system that would honour it (FUSE, a lease) sees an ordinary descriptor."""
+        _fcntl.fcntl(fd, _fcntl.F_SETFL, flags & os.O_APPEND)
 
     def lock_holder(fd: int) -> int | None:
         """The pid holding a flock on ``fd``'s file, where the platform tells (Linux /proc/locks)."""

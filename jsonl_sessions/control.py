@@ -1,10 +1,12 @@
 """A session's control file (``<stem>.lock``): the sequence counter, the count cache and the
 roll-forward record, and the in-place primitives that keep lock-free readers safe.
 
-Layout (docs/format.md): bytes 8-15 the sequence counter (little-endian u64, odd while a
-mutation rewrites transcript bytes in place); bytes 16-55 the count cache (transcript
-inode, size, mtime ns, complete lines, counter when written); bytes 56- the
-roll-forward record, empty or one JSON object and ``\\n``.
+Layout (docs/format.md): bytes 0-7 the visible end (little-endian u64: 0, or one more
+than how many transcript bytes lock-free readers may see while a durable append is not
+yet fsynced); bytes 8-15 the sequence counter (odd while a mutation rewrites transcript
+bytes in place); bytes 16-55 the count cache (transcript inode, size, mtime ns, complete
+lines, counter when written); bytes 56- the roll-forward record, empty or one JSON
+object and ``\\n``.
 
 Records are typed values (:class:`AppendBatch`, :class:`TailRewrite`, :class:`Moves`)
 that encode, parse and validate themselves and know how to complete themselves
@@ -28,6 +30,7 @@ from . import _platform
 from .errors import CorruptControlError
 from .layout import SessionFiles, open_regular
 
+VISIBLE_OFFSET = 0
 SEQ_OFFSET = 8
 COUNT_OFFSET = 16
 RECORD_OFFSET = 56
@@ -61,12 +64,19 @@ class CountCache(NamedTuple):
 
 
 class Head(NamedTuple):
-    """The control file's fixed part as read: counter, count cache, and whether (and which
-    bytes of) a roll-forward record follows."""
+    """The control file's fixed part as read: counter, count cache, whether (and which
+    bytes of) a roll-forward record follows, and the visible end."""
 
     seq: int
     cache: CountCache | None
     record: bytes | None  # the record's bytes (maybe only a prefix: see ``complete``)
+    #: None, or how many bytes of the transcript a lock-free reader may use: the bytes
+    #: after it belong to a durable append whose fsync has not returned yet.
+    visible: int | None = None
+
+    def visible_size(self, size: int) -> int:
+        """How much of a transcript of ``size`` bytes a reader may use."""
+        return size if self.visible is None or self.visible > size else self.visible
 
     @property
     def pending(self) -> bool:
@@ -82,7 +92,8 @@ def decode_head(raw: bytes) -> Head:
         if not cache.ino:
             cache = None
     record = raw[RECORD_OFFSET:] if len(raw) > RECORD_OFFSET and raw[RECORD_OFFSET] else None
-    return Head(seq, cache, record)
+    end = SEQ.unpack_from(raw, VISIBLE_OFFSET)[0] if len(raw) >= VISIBLE_OFFSET + SEQ.size else 0
+    return Head(seq, cache, record, end - 1 if end else None)
 
 
 def read_control(fd: int) -> Head:
@@ -110,11 +121,12 @@ def _read_to_end(fd: int, offset: int) -> bytes:
         want = 1 << 20
 
 
-def read_head(path: str, record_bytes: int | None = 1) -> Head:
+def read_head(path: str, record_bytes: int | None = 1, key: str | None = None) -> Head:
     """The control file at ``path`` read without locking (all zero when there is none);
     ``record_bytes``: how much of a record to read (None: all of it, as
-    :func:`read_control`). :class:`UnsafePathError` for a symlink."""
-    opened = open_regular(path, os.O_RDONLY)
+    :func:`read_control`). :class:`UnsafePathError` (naming session ``key``) for a
+    symlink or another non-regular file."""
+    opened = open_regular(path, os.O_RDONLY, key)
     if opened is None:
         return Head(0, None, None)
     fd, _st = opened

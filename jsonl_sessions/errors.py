@@ -88,7 +88,8 @@ class CorruptMetadataError(SessionStoreError):
 
 
 class UnsafePathError(SessionStoreError):
-    """A session file inside root is not a regular file (e.g. a planted symlink); it is never followed."""
+    """A session file inside root is not a regular file (a planted symlink, FIFO, socket, device or
+    directory); it is never followed, read or waited on."""
 
     _fields = ("key", "path")
     _template = "refusing to follow {path} (session {key!r}): not a regular file"

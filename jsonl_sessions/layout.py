@@ -44,21 +44,26 @@ log = logging.getLogger("jsonl_sessions")
 def open_regular(path: str, flags: int, key: str | None = None) -> tuple[int, os.stat_result] | None:
     """Open ``path`` without following a symlink: ``(fd, fstat)``, or None when it does
     not exist. Raises :class:`UnsafePathError` for a symlink or anything but a regular
-    file (nothing is left open then)."""
+    file (a FIFO, socket, device or directory), never waiting on one: the open is
+    non-blocking, and the descriptor is made blocking only once ``fstat`` showed a
+    regular file (nothing is left open on an error)."""
     try:
         fd = _platform.open_file(path, flags)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        if exc.errno in _platform.SYMLINK_ERRNOS:
+        if exc.errno in _platform.SYMLINK_ERRNOS or exc.errno in _platform.NOT_REGULAR_ERRNOS:
             raise UnsafePathError(key=key, path=path) from None
         raise
     try:
         st = _platform.fstat(fd)
+        regular = stat.S_ISREG(st.st_mode)
+        if regular:
+            _platform.make_blocking(fd, flags)
     except BaseException:
         _platform.close(fd)
         raise
-    if not stat.S_ISREG(st.st_mode):
+    if not regular:
         _platform.close(fd)
         raise UnsafePathError(key=key, path=path)
     return fd, st
@@ -179,7 +184,9 @@ def key_of_stem(root: str, stem: str, meta: dict[str, Any] | None = None, *, rea
 def list_keys(root: str) -> list[str]:
     """Every session's key in ``root``, sorted: names ending in ``.jsonl`` that are
     regular files (not symlinks), do not start with ``.``, and decode back to a key.
-    Never parses a transcript. O(files in root)."""
+    A name the store makes that is not a regular file (a symlink, FIFO, socket, device
+    or directory) is skipped with a logged warning. Never parses a transcript and never
+    opens one. O(files in root)."""
     keys = []
     with _platform.scandir(root) as entries:
         for entry in entries:
@@ -187,6 +194,9 @@ def list_keys(root: str) -> list[str]:
             if not name.endswith(TRANSCRIPT_SUFFIX) or name.startswith("."):
                 continue
             if not entry.is_file(follow_symlinks=False):
+                stem = name[: -len(TRANSCRIPT_SUFFIX)]
+                if is_hashed(stem) or stem_to_key(stem) is not None:
+                    log.warning("skipping %s: not a regular file", entry.path)
                 continue
             key = key_of_stem(root, name[: -len(TRANSCRIPT_SUFFIX)])
             if key is not None:

@@ -19,10 +19,17 @@ mutation in this process skips the open and the tail read when one ``lstat`` sho
 same file (see :meth:`jsonl_sessions.txn.Tx.open`). At most :data:`MAX_VIEWS` are kept
 open in a process; they are closed on delete, on eviction, by ``SessionStore.close()``
 and in a forked child.
+
+Descriptors kept between calls (a lock file per guard, a transcript per view) are
+bounded by the process's descriptor limit too, read when a store is created
+(:meth:`GuardRegistry.fit`): idle guards beyond a quarter of it are closed, and at most
+an eighth of it is kept as views, so a process under a low limit (macOS defaults to 256)
+never runs out of descriptors because of what the store keeps.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -35,6 +42,7 @@ from .control import (
     RECORD_OFFSET,
     SEQ,
     SEQ_OFFSET,
+    VISIBLE_OFFSET,
     CountCache,
     Record,
     encode_record,
@@ -44,6 +52,9 @@ from .errors import LockTimeoutError
 from .layout import open_regular
 from .lines import Tail
 
+log = logging.getLogger("jsonl_sessions")
+
+#: The most guards (each with its lock file open) kept in a process before idle ones are closed.
 _MAX_IDLE_GUARDS = 512
 _FIRST_DELAY = 0.0001
 _MAX_DELAY = 0.005
@@ -87,8 +98,8 @@ class GuardClosed(Exception):
 class SessionGuard:
     """The process-wide guard of one session. Use through :meth:`GuardRegistry.get`."""
 
-    __slots__ = ("_depth", "_fd", "_owner", "_rlock", "changes", "clean_mark", "closed", "count", "leading", "path",
-                 "pending", "pending_cond", "record", "seq", "view")
+    __slots__ = ("_depth", "_fd", "_owner", "_rlock", "changes", "clean_mark", "closed", "count", "hidden", "leading",
+                 "path", "pending", "pending_cond", "record", "seq", "view")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -97,6 +108,10 @@ class SessionGuard:
         self._depth = 0
         self.closed = False
         self.seq = 0
+        #: The visible end the control file holds (:meth:`hide_from`), or None. Found when
+        #: the guard was taken (its writer died, or a power loss kept it but not its
+        #: clearing), recovery clears it.
+        self.hidden: int | None = None
         #: The roll-forward record found when the guard was taken (bytes), or None.
         self.record: bytes | None = None
         #: The count cache, as read when the guard was taken and kept current since.
@@ -135,7 +150,7 @@ class SessionGuard:
             try:
                 decoded = read_control(self._fd)
             except BaseException:
-                _platform.unlock(self._fd)
+                self._unlock()
                 raise
         except BaseException:
             self._rlock.release()
@@ -143,6 +158,7 @@ class SessionGuard:
         self._depth = 1
         self._owner = threading.get_ident()
         self.seq = decoded.seq
+        self.hidden = decoded.visible
         self.count = decoded.cache
         self.record = decoded.record
         return True
@@ -188,15 +204,29 @@ class SessionGuard:
         return bool(self._depth) and self._owner == threading.get_ident()
 
     def release(self) -> None:
+        """Give the guard back; the flock goes with the last level. Never raises: the
+        mutation the guard covered is done (maybe acknowledged), so a failure to unlock
+        must not report it as failed (a retry would repeat it). A failed unlock is logged
+        and the lock file's descriptor closed instead, which drops the flock all the same;
+        the next acquire opens it again."""
         self._depth -= 1
         if self._depth == 0:
             self._owner = 0
             try:
-                _platform.unlock(self._fd)
+                self._unlock()
             finally:
                 self._rlock.release()
         else:
             self._rlock.release()
+
+    def _unlock(self) -> None:
+        """Drop the flock; if unlocking fails, close the descriptor, which drops it too."""
+        try:
+            _platform.unlock(self._fd)
+        except OSError as exc:
+            log.warning("releasing the lock of %s failed (%s); closing its descriptor instead", self.path, exc)
+            fd, self._fd = self._fd, -1
+            _close_quietly(fd)
 
     # -- control file (only while held) ----------------------------------------------
     def begin_in_place(self) -> None:
@@ -210,6 +240,18 @@ class SessionGuard:
         if self.seq & 1:
             self.seq += 1
             _platform.pwrite(self._fd, SEQ.pack(self.seq), SEQ_OFFSET)
+
+    def hide_from(self, at: int) -> None:
+        """Publish that the transcript's bytes from ``at`` on are not durable yet: lock-free
+        readers use only its first ``at`` bytes until :meth:`show_all` (or, once this
+        guard is free again, recovery). One ``pwrite``."""
+        self.hidden = at
+        _platform.pwrite(self._fd, SEQ.pack(at + 1), VISIBLE_OFFSET)
+
+    def show_all(self) -> None:
+        """Readers may use the whole transcript again (one ``pwrite``)."""
+        _platform.pwrite(self._fd, bytes(SEQ.size), VISIBLE_OFFSET)
+        self.hidden = None
 
     def write_count(self, st: os.stat_result, lines: int) -> None:
         """Record that the transcript, as ``st`` describes it, has ``lines`` complete lines,
@@ -308,14 +350,27 @@ class SessionGuard:
 
 
 class GuardRegistry:
-    """Process-wide map of lock-file path -> :class:`SessionGuard` (bounded: idle guards
-    beyond a few hundred have their descriptors closed)."""
+    """Process-wide map of lock-file path -> :class:`SessionGuard` (bounded: past
+    :attr:`max_guards` guards, the idle ones have their descriptors closed)."""
 
     def __init__(self) -> None:
         self._guards: dict[str, SessionGuard] = {}
         self._lock = threading.Lock()
         self._views = 0
         self._views_lock = threading.Lock()
+        #: Guards kept before the idle ones are closed, and transcripts kept open (:meth:`fit`).
+        self.max_guards = _MAX_IDLE_GUARDS
+        self.max_views = MAX_VIEWS
+
+    def fit(self, fd_limit: int | None) -> None:
+        """Size the caps to the process's descriptor limit (None: unlimited or unknown):
+        guards at most a quarter of it, kept transcripts an eighth, and never more than
+        ``_MAX_IDLE_GUARDS`` / :data:`MAX_VIEWS`. Called when a store is created."""
+        guards, views = _MAX_IDLE_GUARDS, MAX_VIEWS
+        if fd_limit is not None:
+            guards = max(1, min(guards, fd_limit // 4))
+            views = max(1, min(views, fd_limit // 8))
+        self.max_guards, self.max_views = guards, views
 
     def get(self, path: str) -> SessionGuard:
         guard = self._guards.get(path)
@@ -324,13 +379,21 @@ class GuardRegistry:
         with self._lock:
             guard = self._guards.get(path)
             if guard is None:
-                if len(self._guards) >= _MAX_IDLE_GUARDS:
+                if len(self._guards) >= self.max_guards:
                     self._evict_idle()
                 guard = self._guards[path] = SessionGuard(path)
             return guard
 
+    def close_idle(self, directory: str) -> None:
+        """Close the guards (lock file and kept transcript) of the sessions in
+        ``directory`` that no thread holds; a later use opens them again."""
+        with self._lock:
+            for path, guard in list(self._guards.items()):
+                if os.path.dirname(path) == directory and guard.close_if_idle():
+                    del self._guards[path]
+
     def view_opened(self) -> bool:
-        """Count one more kept transcript; at :data:`MAX_VIEWS`, first close the kept
+        """Count one more kept transcript; at :attr:`max_views`, first close the kept
         transcript of another guard no thread holds (the oldest such guard's); False (not
         counted) when none could be closed."""
         if self._count_view():
@@ -342,7 +405,7 @@ class GuardRegistry:
 
     def _count_view(self) -> bool:
         with self._views_lock:
-            if self._views >= MAX_VIEWS:
+            if self._views >= self.max_views:
                 return False
             self._views += 1
             return True

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from . import _platform
 from .compaction import CompactionReport, plan_compaction
 from .control import read_head
-from .errors import CorruptTranscriptError, LockTimeoutError, SessionNotFoundError
+from .errors import CorruptTranscriptError, LockTimeoutError, SessionNotFoundError, UnsafePathError
 from .layout import SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, SessionFiles, classify, key_of_stem
 from .messages import delete
 from .metadata import Look, look, looks
@@ -106,7 +106,7 @@ def cleanup_stale(root: Root, ttl_hours: float) -> CleanupReport:
             with mutate(root, files, timeout=0):
                 if stale(look(files)) and delete(root, files):
                     deleted.append(files.key)
-        except LockTimeoutError:
+        except (LockTimeoutError, UnsafePathError):  # busy, or its lock file is not a regular file
             continue
     return CleanupReport(tuple(deleted), tuple(_remove_orphan_sidecars(root, cutoff)))
 
@@ -145,7 +145,7 @@ def clean_leftovers(root: Root) -> None:
     for stem in stems:
         key = key_of_stem(root.path, stem) or f"<stem {stem}>"
         files = SessionFiles.of(root.path, key, stem)
-        with contextlib.suppress(LockTimeoutError, OSError), mutate(root, files, timeout=0):
+        with contextlib.suppress(LockTimeoutError, UnsafePathError, OSError), mutate(root, files, timeout=0):
             for temp in files.temps:
                 with contextlib.suppress(OSError):
                     _platform.unlink(temp)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from . import _platform, sidecar, snapshot
-from .errors import CorruptMetadataError
+from .errors import CorruptMetadataError, SessionStoreError
 from .layout import SessionFiles, list_keys, read_sidecar
 from .messages import delete, log, update_sidecar
 from .rules import check_number, check_state, check_text
@@ -31,10 +31,11 @@ from .types import SessionMetadata, SessionState
 
 class Look(NamedTuple):
     """A lock-free look at one session: its sidecar (None when absent or unreadable, then
-    ``error`` says why), the transcript's stat, the sidecar's mtime."""
+    ``error`` says why: :class:`CorruptMetadataError`, or the ``OSError`` of a sidecar
+    that cannot be read, e.g. no permission), the transcript's stat, the sidecar's mtime."""
 
     meta: dict[str, Any] | None
-    error: CorruptMetadataError | None
+    error: CorruptMetadataError | OSError | None
     transcript: os.stat_result
     sidecar_mtime_ns: int | None
 
@@ -59,7 +60,7 @@ def look(files: SessionFiles) -> Look | None:
         return None
     try:
         meta, mtime = read_sidecar(files.sidecar, files.key)
-    except CorruptMetadataError as exc:
+    except (CorruptMetadataError, OSError) as exc:
         try:
             mtime = _platform.lstat(files.sidecar).st_mtime_ns
         except OSError:
@@ -69,7 +70,8 @@ def look(files: SessionFiles) -> Look | None:
 
 
 def look_strict(files: SessionFiles) -> Look | None:
-    """:func:`look`, raising the :class:`CorruptMetadataError` of an unreadable sidecar."""
+    """:func:`look`, raising the error of an unreadable sidecar (:class:`CorruptMetadataError`,
+    or the ``OSError`` of one that cannot be read)."""
     found = look(files)
     if found is not None and found.error is not None:
         raise found.error
@@ -95,15 +97,33 @@ def metadata(root: Root, files: SessionFiles, found: Look) -> SessionMetadata | 
 
 
 def looks(root: Root) -> Iterator[tuple[SessionFiles, Look]]:
-    """Every session with a look at it, in key order; unreadable sidecars are logged."""
+    """Every session with a look at it, in key order; unreadable sidecars are logged (the
+    session is still looked at), a transcript that cannot even be stat'ed is logged and
+    skipped: one bad session never fails a listing."""
     for key in list_keys(root.path):
         files = root.files(key)
-        found = look(files)
+        try:
+            found = look(files)
+        except OSError as exc:
+            log.warning("cannot look at session %r: %s", key, exc)
+            continue
         if found is None:
             continue
         if found.error is not None:
-            log.warning("%s", found.error)
+            log.warning("cannot read the sidecar of session %r: %s", key, found.error)
         yield files, found
+
+
+def listed(root: Root, files: SessionFiles, found: Look) -> SessionMetadata | None:
+    """:func:`metadata` for a listing: a session whose messages cannot be counted (its
+    transcript or control file unreadable, or not a regular file) is listed all the same,
+    with ``message_count`` 0 and a logged warning, so one bad session never fails a
+    listing of the others."""
+    try:
+        return metadata(root, files, found)
+    except (OSError, SessionStoreError) as exc:
+        log.warning("cannot count the messages of session %r: %s (listed with message_count 0)", files.key, exc)
+        return sidecar.describe(files.key, found.meta, 0, found.transcript.st_size, found.activity_ns)
 
 
 def get_session_metadata(root: Root, files: SessionFiles) -> SessionMetadata | None:
@@ -116,7 +136,7 @@ def where(root: Root, keep: Callable[[Look], bool]) -> list[SessionMetadata]:
     out = []
     for files, found in looks(root):
         if keep(found):
-            md = metadata(root, files, found)
+            md = listed(root, files, found)
             if md is not None:
                 out.append(md)
     return out

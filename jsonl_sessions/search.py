@@ -9,11 +9,11 @@ line is decoded and checked exactly. Takes no lock (each read is a consistent sn
 from __future__ import annotations
 
 from . import records, sidecar, snapshot
-from .errors import UnsafePathError
+from .errors import SessionStoreError
 from .layout import SessionFiles
 from .lines import CHUNK_BYTES, iter_lines_forward
 from .messages import log
-from .metadata import Look, looks, metadata
+from .metadata import Look, listed, looks
 from .rules import check_query
 from .txn import Root
 from .types import SessionMetadata, SessionQuery
@@ -33,7 +33,7 @@ def search(root: Root, query: SessionQuery) -> list[SessionMetadata]:
             break
         name = sidecar.text(look.meta, "name")
         if (name is not None and needle in name.casefold()) or not needle or mentions(root, files, needle):
-            md = metadata(root, files, look)
+            md = listed(root, files, look)
             if md is not None:
                 out.append(md)
     return out
@@ -49,6 +49,6 @@ def mentions(root: Root, files: SessionFiles, needle: str) -> bool:
 
     try:
         return bool(snapshot.with_transcript(root, files, scan))
-    except UnsafePathError as exc:
-        log.warning("%s", exc)
+    except (OSError, SessionStoreError) as exc:  # unreadable, or not a regular file: not a match
+        log.warning("cannot search session %r: %s", files.key, exc)
         return False

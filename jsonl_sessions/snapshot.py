@@ -6,6 +6,12 @@ moved meanwhile, the read is retried, so a reader never sees bytes spliced from 
 states. Single-line appends never touch the counter: a reader sees a prefix, and an
 append in progress is a torn tail, which readers ignore.
 
+While a durable append is between its write and the end of its fsync, the control
+file's visible end says how many transcript bytes are durable: readers use only those
+(the appended lines are not returned before they are durable, so a line whose fsync
+fails and is rolled back was never seen), and never wait for the fsync. One found while
+the guard is free is stale, and cleared first (as below).
+
 Two states are never returned: the one a committed roll-forward record replaces (the
 reader first takes the guard for a moment, if free, which completes the record), and
 one behind a counter left odd by a dead writer (after 0.2 s the reader takes the guard,
@@ -39,19 +45,23 @@ def consistent(root: Root, files: SessionFiles, read: Callable[[Head], _T]) -> _
     delay = 0.0001
     completed = False
     while True:
-        head = read_head(files.lock)
-        if head.pending and not completed:
+        head = read_head(files.lock, key=files.key)
+        if (head.pending or head.visible is not None) and not completed:
             # A committed record: its mutation counts as done, so the state it replaces
             # must not be returned. If its writer died, taking the guard (if free)
             # completes it; if the guard is held, the writer is still running and the
             # state before its mutation is still the current one. Best effort: a failed
-            # completion is left to the next writer.
+            # completion is left to the next writer. A visible end likewise: held, its
+            # append is in flight (read up to it); free, it is stale (a dead writer's, or
+            # one a power loss kept): recovery clears it, so no acknowledged line is hidden.
             completed = True
             try_recover(root, files)
             continue
         if not head.seq & 1:
             result = read(head)
-            if read_head(files.lock).seq == head.seq:
+            after = read_head(files.lock, key=files.key)
+            # A visible end that appeared during the read: the read may hold bytes not yet durable.
+            if after.seq == head.seq and (after.visible is None or head.visible is not None):
                 return result
         elif time.monotonic() - started > READ_RETRY_SECONDS:
             try_recover(root, files)  # its writer may have died: recovery makes it even
@@ -66,9 +76,9 @@ def with_transcript(root: Root, files: SessionFiles, read: Callable[[int, int], 
     (SessionStoreError, ValueError, LookupError) is raised only once the counter says it
     came from a stable state (one raised while a truncation ran is retried)."""
 
-    def attempt(_head: Head) -> tuple[_T | None, Exception | None] | None:
+    def attempt(head: Head) -> tuple[_T | None, Exception | None] | None:
         try:
-            return _on_transcript(files, lambda fd, st: (read(fd, st.st_size), None))
+            return _on_transcript(files, lambda fd, st: (read(fd, head.visible_size(st.st_size)), None))
         except (SessionStoreError, ValueError, LookupError) as exc:
             return None, exc
 
@@ -109,9 +119,12 @@ def count(root: Root, files: SessionFiles) -> int | None:
         seen.append(head.seq)
 
         def lines(fd: int, st: os.stat_result) -> tuple[int, os.stat_result | None]:
+            size = head.visible_size(st.st_size)
+            if size != st.st_size:  # an append not yet durable: count what is, store nothing
+                return count_newlines(fd, 0, size), None
             if head.cache is not None and head.cache.matches(st, head.seq):
                 return head.cache.lines, None
-            return count_newlines(fd, 0, st.st_size), st
+            return count_newlines(fd, 0, size), st
 
         return _on_transcript(files, lines)
 

@@ -38,7 +38,7 @@ from . import messages as ops
 from .compaction import CompactionReport
 from .ids import now_ms
 from .layout import SessionFiles, list_keys
-from .locks import SessionGuard
+from .locks import REGISTRY, SessionGuard
 from .rules import check_context, check_options, check_text
 from .txn import Root, acquire
 from .types import (
@@ -102,6 +102,7 @@ class SessionStore:
         path = os.path.abspath(os.fspath(root))
         self._durability: Durability = durability
         self._root = Root(path, durability == "fsync", lock_timeout, clock or now_ms, max_message_bytes)
+        REGISTRY.fit(_platform.fd_limit())  # what the process keeps open stays within its limit
         if not _platform.is_dir(path):
             _platform.makedirs(path)
             if self._root.durable:
@@ -120,10 +121,12 @@ class SessionStore:
         return f"{type(self).__name__}({self._root.path!r}, durability={self._durability!r})"
 
     def close(self) -> None:
-        """Release what the store object holds open: the transcripts kept open between
-        mutations of its sessions (those no thread is mutating right now). Stored data is
-        untouched; the store stays usable (it reopens what it needs). Idempotent."""
-        self._root.close_views()
+        """Release every descriptor kept open for the sessions of this store's directory:
+        their lock files and the transcripts kept open between mutations (those of
+        sessions no thread is mutating right now; the guards are shared by every store
+        of the directory in the process). Stored data is untouched; the store stays
+        usable (it reopens what it needs). Idempotent."""
+        self._root.close()
 
     def __enter__(self) -> Self:
         return self

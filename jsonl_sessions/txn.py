@@ -84,6 +84,11 @@ class Root:
         """Close the transcripts kept open for this store's sessions (those no thread holds)."""
         REGISTRY.drop_views([files.lock for files in list(self._files.values())])
 
+    def close(self) -> None:
+        """Close every descriptor kept for the sessions of this directory (lock files and
+        transcripts) that no thread holds."""
+        REGISTRY.close_idle(self.path)
+
 
 def acquire(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> SessionGuard:
     """Take the session's guard (reentrant in a thread) and, when this took it first,
@@ -102,7 +107,7 @@ def enter(root: Root, files: SessionFiles, guard: SessionGuard, timeout: float |
     took = guard.acquire(root.lock_timeout if timeout is False else timeout, files.key)
     if first is not None:
         first.append(took)
-    if took and (guard.record is not None or guard.seq & 1):
+    if took and (guard.record is not None or guard.seq & 1 or guard.hidden is not None):
         try:
             guard.drop_view()
             recover(guard, files)
@@ -129,6 +134,10 @@ def recover(guard: SessionGuard, files: SessionFiles) -> None:
         guard.clear_record(durable=True)
     if guard.seq & 1:
         guard.end_in_place()
+    if guard.hidden is not None:
+        # Its writer died between write and acknowledgement (a crash may keep such a whole
+        # line), or a power loss kept the mark but not its clearing: the bytes stand.
+        guard.show_all()
 
 
 def try_recover(root: Root, files: SessionFiles) -> None:
@@ -333,7 +342,16 @@ class Tx:
         transcript, in one write (and one fsync). One line is atomic by the torn-tail rule;
         a batch commits an :class:`AppendBatch` record first, unless not ``atomic`` (lines
         of separate appends: a crash may keep a prefix of them, none acknowledged yet).
-        Rolled back on error, so none of the lines appears later."""
+        Rolled back on error, so none of the lines appears later.
+
+        Durable mode: no lock-free reader gets the new lines before their fsync returned
+        (one that failed is rolled back, and a reader must not have returned them): the
+        counter is odd throughout when the append rewrites in place anyway (a torn tail
+        cut, a batch), else the visible end hides them (:meth:`SessionGuard.hide_from`,
+        one ``pwrite`` before the write and one after the fsync), which readers do not
+        wait on. If clearing it fails, the lines are cut as after a failed fsync (a
+        reader may not see them until the next guard holder clears it, and the append
+        is not acknowledged)."""
         tail = self.tail()
         before = self.known_count()
         batch = lines > 1 and atomic
@@ -341,14 +359,19 @@ class Tx:
         if batch:
             self.guard.write_record(AppendBatch(tail.committed, tail.committed + len(data)), self.durable)
         in_place_now = tail.torn or batch
+        hide = self.durable and not in_place_now
         if in_place_now:
             self.guard.begin_in_place()
             if tail.torn:
                 _platform.truncate(self.fd, tail.committed)
+        elif hide:
+            self.guard.hide_from(tail.committed)
         try:
             _platform.write(self.fd, data)
             if self.durable:
                 _platform.fsync(self.fd)
+            if hide:
+                self.guard.show_all()
         except BaseException:
             # Not acknowledged, so it must not appear later (a retry would duplicate it).
             in_place_now = True
@@ -356,6 +379,8 @@ class Tx:
                 self.guard.begin_in_place()
             with contextlib.suppress(OSError):  # even if the counter could not be marked
                 _platform.truncate(self.fd, tail.committed)
+                if hide and self.guard.hidden is not None:  # cut: nothing left to hide
+                    self.guard.show_all()
             raise
         finally:
             # Failing to finish the bookkeeping must not report a committed append as

@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 from .. import _platform
+from ..errors import SessionStoreError
 from ..layout import TMP_SUFFIX, SessionFiles, classify
 from . import sqlite as sqlite_cli
 from .common import EXIT_OK, PROG, existing_root, is_sqlite, json_out, open_path, open_sqlite, out
@@ -17,14 +18,19 @@ from .format import size as fmt_size
 
 
 def _torn(root: str, key: str) -> bool:
-    """Whether the transcript ends without a newline (reads one byte)."""
+    """Whether the transcript ends without a newline (reads one byte); False when it is
+    missing, unreadable or not a regular file (the listing warned about it)."""
     try:
-        fd = _platform.open_file(SessionFiles.of(root, key).transcript, os.O_RDONLY)
+        opened = SessionFiles.of(root, key).open_transcript(os.O_RDONLY)
+    except (OSError, SessionStoreError):
+        return False
+    if opened is None:
+        return False
+    fd, st = opened
+    try:
+        return st.st_size > 0 and _platform.pread(fd, 1, st.st_size - 1) != b"\n"
     except OSError:
         return False
-    try:
-        size = _platform.fstat(fd).st_size
-        return size > 0 and _platform.pread(fd, 1, size - 1) != b"\n"
     finally:
         _platform.close(fd)
 
