@@ -180,7 +180,8 @@ class SessionStore:
         """Append one message (creating the session if needed); return its id.
 
         One write of one newline-terminated line; fsynced in fsync mode. A torn tail left
-        by a crash is removed first; a corrupt line is never touched. Raises
+        by a crash (or by a truncate) is removed first, its bytes saved to a quarantine
+        file (logged); a corrupt line is never touched. Raises
         :class:`SerializationError` / :class:`InvalidMessageError` /
         :class:`DuplicateMessageError` with nothing written. Cost: O(1) in the
         transcript size. In fsync mode, threads appending to the same session at once

@@ -39,8 +39,9 @@ LABELS = {
 }
 
 HINTS = {
-    "torn-tail": "an append that never completed (a crash mid-write): reads ignore it and the next write to "
-                 "the session removes it; `jsonl-sessions repair KEY` removes it now",
+    "torn-tail": "an append that never completed (a crash mid-write), or a last line whose newline was cut: "
+                 "reads ignore it and the next write to the session removes it, after saving its bytes in a "
+                 "quarantine file; `jsonl-sessions repair KEY` does that now",
     "corrupt-line": "`jsonl-sessions repair KEY` keeps every line that parses, after saving the original bytes "
                     "in a quarantine file next to the transcript",
     "id-order": "ids must strictly increase down the file (lookups by id binary-search them): "
