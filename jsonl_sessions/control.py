@@ -1,7 +1,8 @@
 """A session's control file (``<stem>.lock``): the sequence counter, the count cache and the
 roll-forward record, and the in-place primitives that keep lock-free readers safe.
 
-Layout (docs/format.md): bytes 8-15 the sequence counter (little-endian u64, odd while a
+Layout (docs/format.md): bytes 0-7 zero, or :data:`RETIRED` once the file was unlinked;
+bytes 8-15 the sequence counter (little-endian u64, odd while a
 mutation rewrites transcript bytes in place); bytes 16-55 the count cache (transcript
 inode, size, mtime ns, complete lines, counter when written); bytes 56- the
 roll-forward record, empty or one JSON object and ``\\n``.
@@ -28,6 +29,10 @@ from . import _platform
 from .errors import CorruptControlError
 from .layout import SessionFiles, open_regular
 
+#: Bytes 0-7 of a lock file its remover unlinked while holding its flock (see
+#: :meth:`jsonl_sessions.locks.SessionGuard.retire`): whoever locks that file afterwards
+#: opens the path again instead of using it.
+RETIRED = b"RETIRED\n"
 SEQ_OFFSET = 8
 COUNT_OFFSET = 16
 RECORD_OFFSET = 56

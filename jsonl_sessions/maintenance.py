@@ -15,7 +15,7 @@ import stat
 import time
 from dataclasses import dataclass
 
-from . import _platform, quarantine
+from . import _platform, prune, quarantine
 from .compaction import CompactionReport, plan_compaction
 from .control import read_head
 from .errors import CorruptTranscriptError, LockTimeoutError, SessionNotFoundError
@@ -60,17 +60,20 @@ def _quarantine(tx: Tx, data: bytes) -> str:
 # -- stale sessions ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CleanupReport:
-    """What :func:`cleanup_stale` deleted: sessions (keys) and orphan sidecars (paths)."""
+    """What :func:`cleanup_stale` deleted: sessions (keys), orphan sidecars and the lock
+    files of sessions that no longer exist (paths)."""
 
     deleted: tuple[str, ...]
     orphan_sidecars: tuple[str, ...]
+    locks: tuple[str, ...] = ()
 
 
 def cleanup_stale(root: Root, ttl_hours: float) -> CleanupReport:
     """Delete every session idle for ``ttl_hours`` (see
     :meth:`jsonl_sessions.SessionStore.cleanup_stale`), each under its guard after
     checking again; skips running, unreadable and busy sessions. Also removes orphan
-    sidecars older than the TTL."""
+    sidecars older than the TTL, then the lock files of sessions that no longer exist
+    (:func:`jsonl_sessions.prune.prune_locks`)."""
     cutoff = time.time_ns() - int(check_number("ttl_hours", ttl_hours) * 3600e9)
 
     def stale(found: Look | None) -> bool:
@@ -87,7 +90,8 @@ def cleanup_stale(root: Root, ttl_hours: float) -> CleanupReport:
                     deleted.append(files.key)
         except LockTimeoutError:
             continue
-    return CleanupReport(tuple(deleted), tuple(_remove_orphan_sidecars(root, cutoff)))
+    sidecars = tuple(_remove_orphan_sidecars(root, cutoff))
+    return CleanupReport(tuple(deleted), sidecars, prune.prune_locks(root, orphans=False).locks)
 
 
 def _remove_orphan_sidecars(root: Root, cutoff_ns: int) -> list[str]:

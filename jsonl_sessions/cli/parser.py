@@ -12,6 +12,7 @@ from .. import __version__
 from .commands import SORTS, cmd_export, cmd_import, cmd_ls, cmd_rm, cmd_search, cmd_show
 from .common import ENV_ROOT, PROG, resolve_root
 from .demo import cmd_demo
+from .gc import cmd_gc
 from .repair import cmd_repair
 from .sqlite import cmd_migrate
 from .stats import cmd_stats
@@ -143,6 +144,10 @@ def _verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="the report as JSON")
 
 
+def _gc(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="the removed files as JSON")
+
+
 def _export(p: argparse.ArgumentParser) -> None:
     _key(p)
     p.add_argument("--lenient", action="store_true", help="skip corrupt lines (with a warning) instead of failing")
@@ -231,6 +236,14 @@ TABLE: dict[str, Command] = {
         "lines; when it drops a corrupt line it first saves the original bytes in "
         "<stem>.quarantine-<time>.jsonl.bak next to it. Prints what was kept, set aside, and where.",
         _key, cmd_repair),
+    "gc": Command(
+        "remove the lock files and leftovers of deleted sessions",
+        "Removes what sessions that no longer exist left behind: their lock files (one per key ever "
+        "used), sidecars without a transcript and temp files of interrupted writes. Each is removed "
+        "under its session's lock after checking again that the session is absent; busy sessions are "
+        "skipped and live sessions are never touched, so it is safe while other processes use the "
+        "store. Quarantine files are kept.",
+        _gc, cmd_gc),
     "export": Command(
         "print a session as JSONL",
         "The session's messages as JSONL on stdout, one message a line (all fields, as stored). "

@@ -218,7 +218,7 @@ def _check_stem(report: Report, root: str, stem: str, s: _Stem, bar: Progress) -
             report.findings.append(Finding("temp-file", temp.name, f"{fmt_size(temp.st.st_size)} left by an "
                                            "interrupted write", key=key))
     for q in s.quarantine:
-        report.findings.append(Finding("quarantine", q.name, f"original bytes saved by a repair "
+        report.findings.append(Finding("quarantine", q.name, f"bytes saved by a repair or before a torn tail was cut "
                                        f"({fmt_size(q.st.st_size)}); delete it when no longer needed",
                                        key=key, problem=False))
 
