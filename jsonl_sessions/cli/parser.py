@@ -142,6 +142,9 @@ def _search(p: argparse.ArgumentParser) -> None:
 def _verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("keys", nargs="*", metavar="KEY", help="only these sessions (default: the whole store)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument("--fix", action="store_true",
+                   help="clear what killed writers left (temp files, orphan sidecars, interrupted writes), each "
+                        "session under its lock, then report again (JSONL stores; transcripts are never touched)")
 
 
 def _gc(p: argparse.ArgumentParser) -> None:
@@ -227,7 +230,9 @@ TABLE: dict[str, Command] = {
         "Reads every file of the store (or of the sessions KEY...) and reports torn tails, corrupt lines "
         "(line and byte offset), ids out of order, missing, corrupt, mismatched or orphan sidecars, "
         "leftover temp files, interrupted writes (pending records, odd counters), permissions other "
-        "than 0600 (0700 for the directory) and symlinks, with how to fix each. Changes nothing. "
+        "than 0600 (0700 for the directory) and symlinks, with how to fix each. Changes nothing, unless "
+        "--fix: then it clears leftover temp files and orphan sidecars and completes interrupted writes "
+        "(each session under its lock, checked again there), says what it fixed and reports again. "
         "Exit status 0 healthy, 1 problems found, 2 usage error.",
         _verify, cmd_verify),
     "repair": Command(
