@@ -47,13 +47,16 @@ class CompactionPlan:
 @dataclass(frozen=True)
 class CompactionReport:
     """What a compaction did: the plan it carried out, where the original bytes were saved
-    (repair only: a file, or the SQLite backend's quarantine table), and whether taking
-    the guard first completed a write left by a process that died."""
+    (repair only: a file, or the SQLite backend's quarantine table), whether taking
+    the guard first completed a write left by a process that died, and where the bytes
+    of a dropped torn tail were saved (the repair's copy of the whole file, or a
+    quarantine file of their own; None when no torn tail was dropped)."""
 
     key: str
     plan: CompactionPlan
     quarantine: str | None
     recovered: bool
+    torn_saved: str | None = None
 
     @property
     def dropped(self) -> int:

@@ -1,12 +1,12 @@
 """A session's control file (``<stem>.lock``): the sequence counter, the count cache and the
 roll-forward record, and the in-place primitives that keep lock-free readers safe.
 
-Layout (docs/format.md): bytes 0-7 the visible end (little-endian u64: 0, or one more
-than how many transcript bytes lock-free readers may see while a durable append is not
-yet fsynced); bytes 8-15 the sequence counter (odd while a mutation rewrites transcript
-bytes in place); bytes 16-55 the count cache (transcript inode, size, mtime ns, complete
-lines, counter when written); bytes 56- the roll-forward record, empty or one JSON
-object and ``\\n``.
+Layout (docs/format.md): bytes 0-7 either zero, the visible end (little-endian u64: one
+more than how many transcript bytes lock-free readers may see while a durable append is
+not yet fsynced), or :data:`RETIRED` once the file was unlinked; bytes 8-15 the sequence
+counter (odd while a mutation rewrites transcript bytes in place); bytes 16-55 the count
+cache (transcript inode, size, mtime ns, complete lines, counter when written); bytes 56-
+the roll-forward record, empty or one JSON object and ``\\n``.
 
 Records are typed values (:class:`AppendBatch`, :class:`TailRewrite`, :class:`Moves`)
 that encode, parse and validate themselves and know how to complete themselves
@@ -31,6 +31,11 @@ from .errors import CorruptControlError
 from .layout import SessionFiles, open_regular
 
 VISIBLE_OFFSET = 0
+#: Bytes 0-7 of a lock file its remover unlinked while holding its flock (see
+#: :meth:`jsonl_sessions.locks.SessionGuard.retire`): whoever locks that file afterwards
+#: opens the path again instead of using it. Checked before the visible end, which it
+#: can never be taken for (as a number it is about 7e17, beyond any transcript's size).
+RETIRED = b"RETIRED\n"
 SEQ_OFFSET = 8
 COUNT_OFFSET = 16
 RECORD_OFFSET = 56
@@ -73,6 +78,8 @@ class Head(NamedTuple):
     #: None, or how many bytes of the transcript a lock-free reader may use: the bytes
     #: after it belong to a durable append whose fsync has not returned yet.
     visible: int | None = None
+    #: Whether bytes 0-7 hold :data:`RETIRED` (the file was unlinked by its remover).
+    retired: bool = False
 
     def visible_size(self, size: int) -> int:
         """How much of a transcript of ``size`` bytes a reader may use."""
@@ -92,6 +99,8 @@ def decode_head(raw: bytes) -> Head:
         if not cache.ino:
             cache = None
     record = raw[RECORD_OFFSET:] if len(raw) > RECORD_OFFSET and raw[RECORD_OFFSET] else None
+    if raw[VISIBLE_OFFSET:VISIBLE_OFFSET + len(RETIRED)] == RETIRED:
+        return Head(seq, cache, record, None, True)
     end = SEQ.unpack_from(raw, VISIBLE_OFFSET)[0] if len(raw) >= VISIBLE_OFFSET + SEQ.size else 0
     return Head(seq, cache, record, end - 1 if end else None)
 

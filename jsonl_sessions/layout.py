@@ -5,9 +5,9 @@ For a session whose key encodes to ``<stem>`` (:func:`jsonl_sessions.keys.key_to
 
 - ``<stem>.jsonl``      the transcript (its existence is the session's existence);
 - ``<stem>.meta.json``  the sidecar;
-- ``<stem>.lock``       the lock / control file (never unlinked);
+- ``<stem>.lock``       the lock / control file (unlinked only once the session is gone: :mod:`jsonl_sessions.prune`);
 - ``.<stem>.jsonl.tmp``, ``.<stem>.meta.json.tmp``  temp files of atomic replaces;
-- ``<stem>.quarantine-<UTC time>[-n].jsonl.bak``  original bytes saved by a repair.
+- ``<stem>.quarantine-<UTC time>[-n].jsonl.bak``  original bytes saved by a repair, or a torn tail saved before a cut.
 
 Nothing else in the library derives a path: it asks :class:`SessionFiles` or the
 functions here. Every open refuses to follow a symlink (:class:`UnsafePathError`).

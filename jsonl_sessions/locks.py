@@ -5,9 +5,16 @@ process: a ``threading.RLock`` (reentrant in a thread, exclusive across threads)
 exclusive ``flock`` on the session's lock file (exclusive across processes, released by
 the kernel if the holder dies). Waiting polls the flock with a short exponential
 backoff (0.1 ms doubling to 5 ms) until ``lock_timeout``, then raises
-:class:`LockTimeoutError` naming the session and, on Linux, the holder's pid. Lock files
-are never unlinked: unlinking a lock file while someone waits on it would let two
-processes hold "the" lock at once.
+:class:`LockTimeoutError` naming the session and, on Linux, the holder's pid.
+
+A lock file is unlinked only by :meth:`SessionGuard.retire` (lock files of sessions that
+no longer exist, :mod:`jsonl_sessions.prune`): while holding its flock, the remover writes
+:data:`~jsonl_sessions.control.RETIRED` into bytes 0-7, unlinks the path, and lets go of
+the file. Anyone who still has the old file open and locks it afterwards reads the mark
+in the head read that follows every flock, compares ``fstat`` of its descriptor with
+``lstat`` of the path, and opens the path again when they differ. So no holder ever keeps
+a lock on an unlinked file while another process locks the new file of that name, and
+the common path pays nothing for it (the head is read anyway).
 
 The lock file is also the session's *control file* (:mod:`jsonl_sessions.control`):
 while held, the guard keeps the counter, the count cache and the roll-forward record it
@@ -40,6 +47,7 @@ from .control import (
     COUNT,
     COUNT_OFFSET,
     RECORD_OFFSET,
+    RETIRED,
     SEQ,
     SEQ_OFFSET,
     VISIBLE_OFFSET,
@@ -98,8 +106,8 @@ class GuardClosed(Exception):
 class SessionGuard:
     """The process-wide guard of one session. Use through :meth:`GuardRegistry.get`."""
 
-    __slots__ = ("_depth", "_fd", "_owner", "_rlock", "changes", "clean_mark", "closed", "count", "hidden", "leading",
-                 "path", "pending", "pending_cond", "record", "seq", "view")
+    __slots__ = ("_depth", "_fd", "_owner", "_retired", "_rlock", "changes", "clean_mark", "closed", "count",
+                 "hidden", "leading", "path", "pending", "pending_cond", "record", "seq", "view")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -124,6 +132,8 @@ class SessionGuard:
         #: whole and has not kept open: known to parse while all five still match.
         self.clean_mark: tuple[int, int, int, int, int] | None = None
         self._owner = 0
+        #: Whether the lock file was unlinked under this hold (:meth:`retire`).
+        self._retired = False
         #: Group commit (:mod:`jsonl_sessions.group`): appends queued for the next writer,
         #: whether a thread is writing queued appends now, and the condition both change
         #: under.
@@ -144,14 +154,20 @@ class SessionGuard:
             self._depth += 1
             return False
         try:
-            if self._fd == -1:
-                self._fd = self._open(key)
-            self._lock_file(started, timeout, key)
-            try:
-                decoded = read_control(self._fd)
-            except BaseException:
-                self._unlock()
-                raise
+            while True:
+                if self._fd == -1:
+                    self._fd = self._open(key)
+                self._lock_file(started, timeout, key)
+                try:
+                    decoded = read_control(self._fd)
+                    if not decoded.retired or self._keep_retired():
+                        break
+                except BaseException:
+                    self._unlock()
+                    raise
+                self._reopen()
+                if started is None:
+                    started = time.monotonic()
         except BaseException:
             self._rlock.release()
             raise
@@ -162,6 +178,30 @@ class SessionGuard:
         self.count = decoded.cache
         self.record = decoded.record
         return True
+
+    def _keep_retired(self) -> bool:
+        """The file locked (its flock held) carries the retired mark. True when the path
+        still names it (its remover died before the unlink, or a power loss undid it):
+        the mark is cleared and the file used. False when the path names another file or
+        none: the caller lets go of this one and opens the path again."""
+        mine = _platform.fstat(self._fd)
+        try:
+            st = _platform.lstat(self.path)
+        except FileNotFoundError:
+            return False
+        if (st.st_ino, st.st_dev) != (mine.st_ino, mine.st_dev):
+            return False
+        _platform.pwrite(self._fd, bytes(len(RETIRED)), 0)
+        return True
+
+    def _reopen(self) -> None:
+        """Let go of a retired lock file: closed (which releases its flock), and what was
+        known through it forgotten; the next lock attempt opens the path afresh."""
+        fd, self._fd = self._fd, -1
+        self.drop_view()
+        self.count = None
+        self.clean_mark = None
+        _close_quietly(fd)
 
     def _wait_turn(self, timeout: float | None, key: str) -> float | None:
         """Take the thread lock: when the caller waited, the monotonic time it started
@@ -199,9 +239,35 @@ class SessionGuard:
             if _platform.try_lock(self._fd):
                 return
 
+    @property
+    def depth(self) -> int:
+        """How many times the holding thread has taken the guard (0: free)."""
+        return self._depth
+
     def held_here(self) -> bool:
         """Whether the calling thread holds the guard."""
         return bool(self._depth) and self._owner == threading.get_ident()
+
+    def retire(self) -> None:
+        """Unlink the lock file, which the caller holds (taken first: depth 1) and has
+        checked to belong to a session that no longer exists: bytes 0-7 become
+        :data:`~jsonl_sessions.control.RETIRED`, then the path is unlinked; the file is
+        closed (its flock released) at :meth:`release`, and the next acquire opens the
+        path afresh. Every other holder of a descriptor of the old file sees the mark when
+        it next locks it and opens the path again. Raises ``OSError`` (the mark cleared
+        again when possible) when the unlink fails: nothing removed then."""
+        if self._depth != 1 or self._owner != threading.get_ident():
+            raise RuntimeError("retire() needs the guard taken first by this thread")
+        _platform.pwrite(self._fd, RETIRED, 0)
+        try:
+            _platform.unlink(self.path)
+        except BaseException:
+            try:
+                _platform.pwrite(self._fd, bytes(len(RETIRED)), 0)
+            except OSError:
+                pass  # the next holder finds the path still names this file and clears it
+            raise
+        self._retired = True
 
     def release(self) -> None:
         """Give the guard back; the flock goes with the last level. Never raises: the
@@ -213,7 +279,11 @@ class SessionGuard:
         if self._depth == 0:
             self._owner = 0
             try:
-                self._unlock()
+                if self._retired:
+                    self._retired = False
+                    self._reopen()
+                else:
+                    self._unlock()
             finally:
                 self._rlock.release()
         else:

@@ -15,7 +15,7 @@ import stat
 import time
 from dataclasses import dataclass
 
-from . import _platform
+from . import _platform, prune, quarantine
 from .compaction import CompactionReport, plan_compaction
 from .control import read_head
 from .errors import CorruptTranscriptError, LockTimeoutError, SessionNotFoundError, UnsafePathError
@@ -23,7 +23,6 @@ from .layout import SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, SessionFiles, classify, k
 from .messages import delete
 from .metadata import Look, look, looks
 from .rules import check_number
-from .sidecar import EPOCH, from_ms
 from .txn import Root, Tx, mutate
 
 
@@ -31,7 +30,8 @@ def compact(root: Root, files: SessionFiles, *, repair: bool) -> CompactionRepor
     """Rewrite the transcript as :func:`plan_compaction` says, under the guard (temp +
     rename: atomic). A ``problem`` refuses (:class:`CorruptTranscriptError`, nothing
     changed) unless ``repair``: then the original bytes are first saved to a quarantine
-    file (fsynced, directory too). Nothing is written when nothing changes.
+    file (fsynced, directory too). A torn tail alone is saved to a quarantine file of its
+    own before the rewrite drops it. Nothing is written when nothing changes.
     :class:`SessionNotFoundError` for a missing session. O(transcript)."""
     head = read_head(files.lock)
     with mutate(root, files) as tx:
@@ -45,53 +45,35 @@ def compact(root: Root, files: SessionFiles, *, repair: bool) -> CompactionRepor
                 p = plan.problem
                 raise CorruptTranscriptError(key=files.key, path=files.transcript, line=p.line, offset=p.offset,
                                              reason=p.reason)
-            saved = _quarantine(tx, data)
+            saved = tx.torn_saved = _quarantine(tx, data)  # the copy holds the torn tail too
         if plan.changed:
             tx.install(plan.kept)
-    return CompactionReport(files.key, plan, saved, bool(head.pending or head.seq & 1))
+    return CompactionReport(files.key, plan, saved, bool(head.pending or head.seq & 1),
+                            tx.torn_saved if plan.torn else None)
 
 
 def _quarantine(tx: Tx, data: bytes) -> str:
     """Copy ``data`` to a new quarantine file (fsynced, directory too); its path."""
-    now = from_ms(tx.root.clock()) or EPOCH
-    stamp = now.strftime("%Y%m%dT%H%M%S") + f"{now.microsecond // 1000:03d}Z"
-    n = 0
-    while True:
-        path = tx.files.quarantine_path(stamp, n)
-        try:
-            fd = _platform.open_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        except FileExistsError:
-            n += 1
-            continue
-        break
-    try:
-        try:
-            _platform.write(fd, data)
-            _platform.fsync(fd)
-        finally:
-            _platform.close(fd)
-        _platform.fsync_dir(tx.root.path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            _platform.unlink(path)
-        raise
-    return path
+    return quarantine.save(tx.files, data, tx.root.clock())
 
 
 # -- stale sessions ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CleanupReport:
-    """What :func:`cleanup_stale` deleted: sessions (keys) and orphan sidecars (paths)."""
+    """What :func:`cleanup_stale` deleted: sessions (keys), orphan sidecars and the lock
+    files of sessions that no longer exist (paths)."""
 
     deleted: tuple[str, ...]
     orphan_sidecars: tuple[str, ...]
+    locks: tuple[str, ...] = ()
 
 
 def cleanup_stale(root: Root, ttl_hours: float) -> CleanupReport:
     """Delete every session idle for ``ttl_hours`` (see
     :meth:`jsonl_sessions.SessionStore.cleanup_stale`), each under its guard after
     checking again; skips running, unreadable and busy sessions. Also removes orphan
-    sidecars older than the TTL."""
+    sidecars older than the TTL, then the lock files of sessions that no longer exist
+    (:func:`jsonl_sessions.prune.prune_locks`)."""
     cutoff = time.time_ns() - int(check_number("ttl_hours", ttl_hours) * 3600e9)
 
     def stale(found: Look | None) -> bool:
@@ -108,7 +90,8 @@ def cleanup_stale(root: Root, ttl_hours: float) -> CleanupReport:
                     deleted.append(files.key)
         except (LockTimeoutError, UnsafePathError):  # busy, or its lock file is not a regular file
             continue
-    return CleanupReport(tuple(deleted), tuple(_remove_orphan_sidecars(root, cutoff)))
+    sidecars = tuple(_remove_orphan_sidecars(root, cutoff))
+    return CleanupReport(tuple(deleted), sidecars, prune.prune_locks(root, orphans=False).locks)
 
 
 def _remove_orphan_sidecars(root: Root, cutoff_ns: int) -> list[str]:

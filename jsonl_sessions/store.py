@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from . import _platform, group, history, maintenance, metadata, paging, search, sidecar, warm
+from . import _platform, group, history, maintenance, metadata, paging, prune, search, sidecar, warm
 from . import messages as ops
 from .compaction import CompactionReport
 from .ids import now_ms
@@ -183,7 +183,8 @@ class SessionStore:
         """Append one message (creating the session if needed); return its id.
 
         One write of one newline-terminated line; fsynced in fsync mode. A torn tail left
-        by a crash is removed first; a corrupt line is never touched. Raises
+        by a crash (or by a truncate) is removed first, its bytes saved to a quarantine
+        file (logged); a corrupt line is never touched. Raises
         :class:`SerializationError` / :class:`InvalidMessageError` /
         :class:`DuplicateMessageError` with nothing written. Cost: O(1) in the
         transcript size. In fsync mode, threads appending to the same session at once
@@ -483,9 +484,11 @@ class SessionStore:
         staleness and state are checked again, and is :meth:`delete_session`'s (transcript
         first), so a crash half-way leaves the whole session or nothing that lists as one.
         Also removes orphan sidecars (left by a delete or create that crashed half-way)
-        older than the TTL; they are not counted. A transcript whose ``lstat`` fails with
-        an I/O error is never taken for a missing one: the sweep raises that ``OSError``
-        (what it deleted before stays deleted). Cost: O(sessions) stats and sidecar reads."""
+        older than the TTL, then the lock files of sessions that no longer exist (each
+        under its guard, re-checked; see :func:`jsonl_sessions.prune.prune_locks`); they
+        are not counted. A transcript whose ``lstat`` fails with an I/O error is never
+        taken for a missing one: the sweep raises that ``OSError`` (what it deleted before
+        stays deleted). Cost: O(sessions) stats and sidecar reads."""
         return len(maintenance.cleanup_stale(self._root, ttl_hours).deleted)
 
     def compact(self, key: str, *, repair: bool = False) -> int:
@@ -518,4 +521,18 @@ def compaction_report(store: SessionStore, key: str, *, repair: bool = False) ->
     return maintenance.compact(store._root, store._files(key), repair=repair)
 
 
-__all__ = ["Durability", "MessageLike", "SessionStore", "compaction_report"]
+def prune_report(store: SessionStore, *, orphans: bool = True) -> prune.PruneReport:
+    """Remove the lock files of sessions that no longer exist (with ``orphans``, first the
+    sidecars without a transcript and the temp files they left), each under its session's
+    guard, skipping busy ones; what was removed. See :func:`jsonl_sessions.prune.prune_locks`."""
+    return prune.prune_locks(store._root, orphans=orphans)
+
+
+def clear_leftovers(store: SessionStore, stem: str) -> list[str]:
+    """Remove the temp files and a transcript-less sidecar of the session with file stem
+    ``stem``, under its guard (waiting up to the store's ``lock_timeout``; recovery runs
+    first); the paths removed. See :func:`jsonl_sessions.prune.clear_leftovers`."""
+    return prune.clear_leftovers(store._root, stem, store._root.lock_timeout)
+
+
+__all__ = ["Durability", "MessageLike", "SessionStore", "clear_leftovers", "compaction_report", "prune_report"]

@@ -7,7 +7,8 @@ also after SIGKILL or an I/O error at any point, keeps lock-free readers safe (t
 sequence counter is odd around anything that rewrites bytes in place) and keeps the
 count cache current:
 
-- :meth:`Tx.append`: one write after the committed bytes (a torn tail cut first); a
+- :meth:`Tx.append`: one write after the committed bytes (a torn tail cut first, its
+  bytes saved to a quarantine file: :meth:`Tx.save_torn`); a
   batch of several lines is journaled (:class:`~jsonl_sessions.control.AppendBatch`);
   rolled back on error, so an unacknowledged line never appears later;
 - :meth:`Tx.truncate_to`: one ``ftruncate`` at a line boundary;
@@ -40,12 +41,12 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
-from . import _platform, sidecar
+from . import _platform, quarantine, sidecar
 from ._atomic import atomic_write, unlink_quietly, write_temp
 from .control import AppendBatch, Moves, Record, TailRewrite, cut, parse_record, rename_over
 from .errors import SessionStoreError
 from .layout import SessionFiles
-from .lines import Tail, read_tail
+from .lines import BOM, Tail, read_tail
 from .locks import REGISTRY, GuardClosed, SessionGuard, TranscriptView
 from .types import Durability
 
@@ -197,6 +198,8 @@ class Tx:
         self._counted = False
         #: Whether every line of the open transcript is known to parse (see :meth:`open`).
         self.clean = False
+        #: The quarantine file holding the open transcript's torn tail, once saved (see :meth:`save_torn`).
+        self.torn_saved: str | None = None
 
     # -- the transcript ----------------------------------------------------------------
     def open(self) -> bool:
@@ -288,6 +291,27 @@ class Tx:
             self._tail = read_tail(self.fd, self.size)
         return self._tail
 
+    def save_torn(self) -> str | None:
+        """Before a change that removes the open transcript's torn tail (a final fragment
+        without its newline): copy its bytes to a quarantine file (fsynced, directory too)
+        and log a warning naming the file and the byte count; the file's path. The
+        fragment is usually an append a crash cut short, but it may be a whole message
+        whose newline an outside truncate removed, so it is never cut unsaved. Once per
+        Tx; None, nothing written, when there is no torn tail (or it is only a leading
+        byte-order mark). Raises ``OSError`` when the copy cannot be made: the caller's
+        change must not run then. Cost: O(torn bytes), and only when there is one."""
+        tail = self.tail()
+        if self.torn_saved is not None or not tail.torn:
+            return self.torn_saved
+        data = _platform.pread(self.fd, tail.size - tail.committed, tail.committed)
+        if not data or (tail.committed == 0 and data == BOM):
+            return None
+        path = quarantine.save(self.files, data, self.root.clock())
+        log.warning("session %r: saved the %d bytes of a torn tail (a last line without its newline) to %s "
+                    "before removing it", self.files.key, len(data), path)
+        self.torn_saved = path
+        return path
+
     def read_all(self) -> bytes:
         """Every byte of the open transcript. O(transcript)."""
         return _platform.pread(self.fd, self.size, 0)
@@ -342,7 +366,8 @@ class Tx:
         transcript, in one write (and one fsync). One line is atomic by the torn-tail rule;
         a batch commits an :class:`AppendBatch` record first, unless not ``atomic`` (lines
         of separate appends: a crash may keep a prefix of them, none acknowledged yet).
-        Rolled back on error, so none of the lines appears later.
+        Rolled back on error, so none of the lines appears later. A torn tail is saved
+        first (:meth:`save_torn`).
 
         Durable mode: no lock-free reader gets the new lines before their fsync returned
         (one that failed is rolled back, and a reader must not have returned them): the
@@ -353,6 +378,8 @@ class Tx:
         reader may not see them until the next guard holder clears it, and the append
         is not acknowledged)."""
         tail = self.tail()
+        if tail.torn:
+            self.save_torn()
         before = self.known_count()
         batch = lines > 1 and atomic
         self.guard.changes += 1  # the file may change from here on (see changed())
@@ -402,7 +429,10 @@ class Tx:
     def truncate_to(self, at: int, removed: int, *, remaining: int | None = None) -> None:
         """Cut the open transcript at ``at`` (a line boundary), removing ``removed``
         complete lines (``remaining``: the lines left, when the caller knows). One
-        ``ftruncate``, counter odd around it. O(1)."""
+        ``ftruncate``, counter odd around it; a torn tail is saved first
+        (:meth:`save_torn`). O(1), and O(torn bytes) when there is one."""
+        if self.tail().torn:
+            self.save_torn()
         before = self.known_count()
         self.guard.changes += 1
         cut(self.guard, self.fd, at, durable=self.durable)
@@ -415,7 +445,10 @@ class Tx:
 
     def rewrite_tail(self, at: int, line: bytes) -> None:
         """Replace the open transcript's bytes from ``at`` (the last line's start) with
-        ``line`` (one line with its newline), through a :class:`TailRewrite` record."""
+        ``line`` (one line with its newline), through a :class:`TailRewrite` record
+        (a torn tail saved first: :meth:`save_torn`)."""
+        if self.tail().torn:
+            self.save_torn()
         before = self.known_count()
         self.guard.changes += 1
         self.journaled(TailRewrite(at, line))
@@ -426,7 +459,10 @@ class Tx:
 
     def install(self, chunks: Iterable[bytes]) -> None:
         """Replace (or create) the transcript with whole-line ``chunks`` (streamed in ~1 MiB
-        writes): temp file, fsync, rename (counter odd), directory fsync; count follows."""
+        writes): temp file, fsync, rename (counter odd), directory fsync; count follows.
+        A torn tail of the open transcript it replaces is saved first (:meth:`save_torn`)."""
+        if self.fd != -1 and self.tail().torn:
+            self.save_torn()
         lines = 0
 
         def counted() -> Iterator[bytes]:
@@ -475,6 +511,8 @@ class Tx:
         """Replace transcript and sidecar as one crash-atomic unit: both temp files written
         and fsynced (directory too), a :class:`Moves` record committed, both renamed."""
         files = self.files
+        if self.fd != -1 and self.tail().torn:
+            self.save_torn()
         self.forget()
         write_temp(files.tmp_transcript, lines, self.durable)
         try:

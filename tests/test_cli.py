@@ -786,6 +786,7 @@ SUBPROCESS_CASES: dict[str, tuple[list[str], int, str]] = {
     "search": (["search", "FINDME", "--nl"], 0, '"key":"demo/chat"'),
     "verify": (["verify"], 0, "ok: 1 session, 3 messages"),
     "repair": (["repair", "demo/chat"], 0, "needs no repair"),
+    "gc": (["gc"], 0, "nothing to collect"),
     "export": (["export", "demo/chat"], 0, '"content":"message 0"'),
     "import": (["import", "piped", "-"], 0, "imported 2 messages into new session 'piped'"),
     "rm": (["rm", "demo/chat"], 0, "removed session 'demo/chat'"),

@@ -686,7 +686,7 @@ def test_compact_drops_torn_tail_bom_and_exact_duplicates(store: SessionStore) -
     assert path.read_bytes() == b"".join(lines)
     assert [m.content for m in fresh(store).try_load("k")] == [0, 1, 2]
     assert store.get_session_metadata("k").message_count == 3  # type: ignore[union-attr]
-    assert quarantines(store) == []
+    assert [pathlib.Path(store.root, n).read_bytes() for n in quarantines(store)] == [b'{"id":"torn']
     store.append("k", {"role": "user", "content": 3})
     assert [m.content for m in store.try_load("k")] == [0, 1, 2, 3]
 

@@ -12,6 +12,7 @@ from .. import __version__
 from .commands import SORTS, cmd_export, cmd_import, cmd_ls, cmd_rm, cmd_search, cmd_show
 from .common import ENV_ROOT, PROG, resolve_root
 from .demo import cmd_demo
+from .gc import cmd_gc
 from .repair import cmd_repair
 from .sqlite import cmd_migrate
 from .stats import cmd_stats
@@ -141,6 +142,13 @@ def _search(p: argparse.ArgumentParser) -> None:
 def _verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("keys", nargs="*", metavar="KEY", help="only these sessions (default: the whole store)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument("--fix", action="store_true",
+                   help="clear what killed writers left (temp files, orphan sidecars, interrupted writes), each "
+                        "session under its lock, then report again (JSONL stores; transcripts are never touched)")
+
+
+def _gc(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="the removed files as JSON")
 
 
 def _export(p: argparse.ArgumentParser) -> None:
@@ -222,7 +230,9 @@ TABLE: dict[str, Command] = {
         "Reads every file of the store (or of the sessions KEY...) and reports torn tails, corrupt lines "
         "(line and byte offset), ids out of order, missing, corrupt, mismatched or orphan sidecars, "
         "leftover temp files, interrupted writes (pending records, odd counters), permissions other "
-        "than 0600 (0700 for the directory) and symlinks, with how to fix each. Changes nothing. "
+        "than 0600 (0700 for the directory) and symlinks, with how to fix each. Changes nothing, unless "
+        "--fix: then it clears leftover temp files and orphan sidecars and completes interrupted writes "
+        "(each session under its lock, checked again there), says what it fixed and reports again. "
         "Exit status 0 healthy, 1 problems found, 2 usage error.",
         _verify, cmd_verify),
     "repair": Command(
@@ -231,6 +241,14 @@ TABLE: dict[str, Command] = {
         "lines; when it drops a corrupt line it first saves the original bytes in "
         "<stem>.quarantine-<time>.jsonl.bak next to it. Prints what was kept, set aside, and where.",
         _key, cmd_repair),
+    "gc": Command(
+        "remove the lock files and leftovers of deleted sessions",
+        "Removes what sessions that no longer exist left behind: their lock files (one per key ever "
+        "used), sidecars without a transcript and temp files of interrupted writes. Each is removed "
+        "under its session's lock after checking again that the session is absent; busy sessions are "
+        "skipped and live sessions are never touched, so it is safe while other processes use the "
+        "store. Quarantine files are kept.",
+        _gc, cmd_gc),
     "export": Command(
         "print a session as JSONL",
         "The session's messages as JSONL on stdout, one message a line (all fields, as stored). "

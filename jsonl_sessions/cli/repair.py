@@ -43,7 +43,10 @@ def run_repair(store: SessionStore, key: str) -> int:
         out(f"dropped {duplicates} line{'s' if duplicates != 1 else ''} repeating an earlier id "
             "(the first line with an id is kept)")
     if plan.torn:
-        out(f"dropped a torn tail of {plan.torn} bytes (an append that never completed; never a message)")
+        out(f"dropped a torn tail of {plan.torn} bytes (a last line without its newline: an append that never "
+            "completed, or a line cut short)")
+        if report.torn_saved is not None and report.torn_saved != report.quarantine:
+            out(f"its bytes are saved in {report.torn_saved}")
     if plan.bom:
         out("removed a leading byte-order mark")
     if report.quarantine is not None:

@@ -39,8 +39,9 @@ LABELS = {
 }
 
 HINTS = {
-    "torn-tail": "an append that never completed (a crash mid-write): reads ignore it and the next write to "
-                 "the session removes it; `jsonl-sessions repair KEY` removes it now",
+    "torn-tail": "an append that never completed (a crash mid-write), or a last line whose newline was cut: "
+                 "reads ignore it and the next write to the session removes it, after saving its bytes in a "
+                 "quarantine file; `jsonl-sessions repair KEY` does that now",
     "corrupt-line": "`jsonl-sessions repair KEY` keeps every line that parses, after saving the original bytes "
                     "in a quarantine file next to the transcript",
     "id-order": "ids must strictly increase down the file (lookups by id binary-search them): "
@@ -51,16 +52,17 @@ HINTS = {
     "corrupt-sidecar": "metadata writes refuse until it is fixed; messages are unaffected: fix the JSON, or "
                        "delete the file (name, state and attribution are lost; the session keeps loading)",
     "key-mismatch": "the sidecar describes another key (copied or renamed by hand): fix its \"key\" or delete it",
-    "orphan-sidecar": "left by an interrupted create or delete: the next create or delete of that key, or "
-                      "cleanup_stale, removes it; safe to delete",
+    "orphan-sidecar": "left by an interrupted create, fork or delete: `jsonl-sessions verify --fix` (or `gc`) "
+                      "removes it now; so does the next create or delete of that key, or cleanup_stale; "
+                      "safe to delete",
     "unknown-key": "a long key lives only in its sidecar: without a readable one the session is invisible "
                    "to `ls` (its messages are in the file)",
     "temp-file": "left by an interrupted atomic replace: the original is intact; the next command that opens "
-                 "the store (e.g. `jsonl-sessions ls`) removes it; safe to delete",
+                 "the store (e.g. `jsonl-sessions ls`), or `jsonl-sessions verify --fix`, removes it; safe to delete",
     "pending-record": "a committed multi-step write whose process died: the next access to the session "
-                      "(e.g. `jsonl-sessions repair KEY`) completes it",
+                      "(e.g. `jsonl-sessions verify --fix`) completes it",
     "odd-counter": "an in-place write whose process died: the next access to the session "
-                   "(e.g. `jsonl-sessions repair KEY`) settles it",
+                   "(e.g. `jsonl-sessions verify --fix`) settles it",
     "permissions": "`chmod 600 FILE` (`chmod 700` for the store directory): sessions may hold private "
                    "conversations",
     "symlink": "the store never follows symlinks, so that session is unreadable: replace the link with the file",

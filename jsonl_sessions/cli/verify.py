@@ -2,7 +2,11 @@
 
 It reads the files directly, following docs/format.md, and changes nothing: no store is
 opened (opening one removes leftover temp files and completes interrupted writes, which
-would hide what this reports), no recovery runs, no guard is taken. To tell a crashed
+would hide what this reports), no recovery runs, no guard is taken. With ``--fix`` it
+then clears what a killed writer left (:data:`FIXABLE`: temp files, orphan sidecars,
+pending records, odd counters), each session under its guard (recovery runs, then
+:func:`jsonl_sessions.store.clear_leftovers` re-checks and removes), says what was fixed,
+and reports again; transcripts are never touched. To tell a crashed
 writer's leftovers from a write in progress it probes a session's lock for a moment
 (non-blocking ``flock``, released at once); what a live writer holds is a note, not a
 problem.
@@ -35,38 +39,75 @@ from ..errors import CorruptControlError, CorruptMetadataError, SessionStoreErro
 from ..keys import is_hashed, key_to_stem, stem_to_key
 from ..layout import LOCK_SUFFIX, SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, classify, key_of_stem, read_sidecar
 from ..lines import BOM, iter_lines_forward
+from ..store import SessionStore, clear_leftovers
 from . import sqlite as sqlite_cli
 from .common import ENV_ROOT, EXIT_FAILURE, EXIT_OK, UsageError, is_sqlite, json_out, open_sqlite, out, resolve_root
 from .format import clean
 from .format import size as fmt_size
-from .report import Finding, Progress, Report
+from .report import LABELS, Finding, Progress, Report
 
 BLOCK = 1 << 20
 #: At most this many findings of one kind are listed per file; the rest are counted.
 MAX_PER_FILE = 20
 _HASHED = re.compile(r"~[0-9a-f]{32}$")
 _SETTLE_SECONDS = 0.3  # how long a changing file or an odd counter is re-read before reporting
+#: The problems ``--fix`` clears: what a writer killed mid-create, mid-fork or mid-replace leaves.
+FIXABLE = frozenset({"temp-file", "orphan-sidecar", "pending-record", "odd-counter"})
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """``verify [KEY...]`` on the root the arguments name."""
     if is_sqlite(args):
         return sqlite_cli.run_verify(open_sqlite(args), args.keys or None, as_json=args.json)
-    return run_verify(resolve_root(args.root), args.keys or None, as_json=args.json)
+    return run_verify(resolve_root(args.root), args.keys or None, as_json=args.json, fix=args.fix,
+                      lock_timeout=args.lock_timeout)
 
 
-def run_verify(root: str, keys: list[str] | None, *, as_json: bool = False) -> int:
+def run_verify(root: str, keys: list[str] | None, *, as_json: bool = False, fix: bool = False,
+               lock_timeout: float | None = 10.0) -> int:
     """Check the store at ``root`` and print the report (text or JSON); returns 0 when
-    healthy, 1 when problems were found. A root that is not a directory is a usage error."""
+    healthy, 1 when problems were found. With ``fix``, first clear the :data:`FIXABLE`
+    problems (:func:`fix`) and report the store as it is after. A root that is not a
+    directory is a usage error."""
     if not os.path.isdir(root):
         raise UsageError(f"no store at {root}: not a directory (give --root DIR or set {ENV_ROOT})")
     report = verify(root, keys)
+    fixed: list[Finding] = []
+    if fix:
+        report, fixed = fix_report(root, keys, report, lock_timeout)
     if as_json:
-        json_out(report.to_json())
+        found = report.to_json()
+        if fix:
+            found["fixed"] = [f.to_json(root) for f in fixed]
+        json_out(found)
     else:
+        for f in fixed:
+            out(clean(f"{f.location(report.root)}: fixed: {LABELS.get(f.kind, f.kind)}"
+                      + (f" (session {f.key!r})" if f.key is not None else "")))
         for line in report.render():
             out(clean(line))
     return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+def fix_report(root: str, keys: Sequence[str] | None, report: Report,
+               lock_timeout: float | None) -> tuple[Report, list[Finding]]:
+    """Clear the :data:`FIXABLE` problems of ``report``: each session concerned under its
+    guard (waiting up to ``lock_timeout``; a session still busy, or whose record this
+    version cannot complete, is left as it is), recovery first, then its temp files and a
+    sidecar without a transcript (checked again under the guard). Returns the store's
+    report after, and the problems it no longer has. Never touches a transcript."""
+    todo = [f for f in report.problems if f.kind in FIXABLE]
+    if not todo:
+        return report, []
+    store = SessionStore(root, lock_timeout=lock_timeout)
+    for stem in sorted({found[1] for f in todo if (found := classify(f.file)) is not None and found[1]}):
+        try:
+            clear_leftovers(store, stem)
+        except (SessionStoreError, OSError):
+            continue  # reported again below
+    after = verify(root, keys)
+    still = {(f.kind, f.file) for f in after.problems}
+    return after, [f for f in todo if (f.kind, f.file) not in still]
 
 
 # -- the directory ------------------------------------------------------------------------
@@ -218,7 +259,7 @@ def _check_stem(report: Report, root: str, stem: str, s: _Stem, bar: Progress) -
             report.findings.append(Finding("temp-file", temp.name, f"{fmt_size(temp.st.st_size)} left by an "
                                            "interrupted write", key=key))
     for q in s.quarantine:
-        report.findings.append(Finding("quarantine", q.name, f"original bytes saved by a repair "
+        report.findings.append(Finding("quarantine", q.name, f"bytes saved by a repair or before a torn tail was cut "
                                        f"({fmt_size(q.st.st_size)}); delete it when no longer needed",
                                        key=key, problem=False))
 

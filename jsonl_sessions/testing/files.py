@@ -63,7 +63,9 @@ class JsonlFileDamage:
         """Assert that ``root`` holds only regular files of the layout (no temp file, no
         symlink, no sidecar without its transcript) and that its parent directory holds
         nothing but ``root`` (the state machine gives each store a directory of its own);
-        the number of quarantine files."""
+        the number of quarantine files of repairs. A torn tail a write cut is saved to a
+        quarantine file too; such a file holds no newline (a repair's copy holds the
+        complete line it dropped), and is not counted."""
         root = str(self.store.root)
         parent = os.path.dirname(os.path.abspath(root))
         assert os.listdir(parent) == [os.path.basename(root)], f"files beside the store: {os.listdir(parent)}"
@@ -73,7 +75,8 @@ class JsonlFileDamage:
             assert not name.endswith(TEMP_SUFFIX), f"temp file left behind: {name}"
             if QUARANTINE_MARK in name:
                 assert name.endswith(QUARANTINE_SUFFIX), name
-                quarantined += 1
+                with open(os.path.join(root, name), "rb") as f:
+                    quarantined += b"\n" in f.read()
                 continue
             assert name.endswith((TRANSCRIPT, SIDECAR, CONTROL)), f"not a store file: {name}"
             if name.endswith(SIDECAR):
