@@ -69,8 +69,9 @@ def get_messages(root: Root, files: SessionFiles, limit: int | None, offset: int
         if limit == 0:
             return []
         # Counted inside the read, so the counter check around it covers the count too.
-        count = snapshot.count(root, files)
-        if count is None or not _count_matches(files, fd, size):
+        counted = snapshot.count_with_size(root, files)
+        count = None if counted is None else counted[0]
+        if counted is None or not _count_matches(files, fd, size, counted[1]):
             attempts[0] += 1
             if attempts[0] < _WINDOW_ATTEMPTS:
                 return None  # appended or replaced since the descriptor was opened: again
@@ -102,13 +103,14 @@ def _window(files: SessionFiles, fd: int, size: int, count: int | None, offset: 
     return _parse_range(files, fd, begin, end, offset, bad)
 
 
-def _count_matches(files: SessionFiles, fd: int, size: int) -> bool:
-    """Whether a count just taken describes the file open as ``fd`` at ``size`` bytes: still
-    the same file (no rename) and no byte appended since (an in-place change moves the
-    sequence counter, which the snapshot checks)."""
+def _count_matches(files: SessionFiles, fd: int, size: int, counted_size: int) -> bool:
+    """Whether a count just taken (of the first ``counted_size`` bytes) describes the file
+    open as ``fd`` as read at ``size`` bytes (the visible part: a durable append in flight
+    is not read): the same size, still the same file (no rename; an in-place change moves
+    the sequence counter, which the snapshot checks)."""
     st = _platform.fstat(fd)
     try:
-        return st.st_size == size and _platform.lstat(files.transcript).st_ino == st.st_ino
+        return counted_size == size and _platform.lstat(files.transcript).st_ino == st.st_ino
     except OSError:
         return False
 

@@ -15,7 +15,8 @@ the guard is free is stale, and cleared first (as below).
 Two states are never returned: the one a committed roll-forward record replaces (the
 reader first takes the guard for a moment, if free, which completes the record), and
 one behind a counter left odd by a dead writer (after 0.2 s the reader takes the guard,
-if free, which makes it even).
+if free, which makes it even). When that recovery fails with an I/O error, the reader
+raises it (``OSError``) instead of reading files that may be half-way between states.
 """
 
 from __future__ import annotations
@@ -50,12 +51,14 @@ def consistent(root: Root, files: SessionFiles, read: Callable[[Head], _T]) -> _
             # A committed record: its mutation counts as done, so the state it replaces
             # must not be returned. If its writer died, taking the guard (if free)
             # completes it; if the guard is held, the writer is still running and the
-            # state before its mutation is still the current one. Best effort: a failed
-            # completion is left to the next writer. A visible end likewise: held, its
-            # append is in flight (read up to it); free, it is stale (a dead writer's, or
-            # one a power loss kept): recovery clears it, so no acknowledged line is hidden.
+            # state before its mutation is still the current one. An I/O error while
+            # completing it is raised: the files may be half-way between the two states.
+            # A visible end likewise: held, its append is in flight (read up to it);
+            # free, it is stale (a dead writer's, or one a power loss kept): recovery
+            # clears it, so no acknowledged line is hidden (best effort: a reader that
+            # cannot clear it reads up to it, a durable state).
             completed = True
-            try_recover(root, files)
+            try_recover(root, files, strict=head.pending)
             continue
         if not head.seq & 1:
             result = read(head)
@@ -64,7 +67,9 @@ def consistent(root: Root, files: SessionFiles, read: Callable[[Head], _T]) -> _
             if after.seq == head.seq and (after.visible is None or head.visible is not None):
                 return result
         elif time.monotonic() - started > READ_RETRY_SECONDS:
-            try_recover(root, files)  # its writer may have died: recovery makes it even
+            # Its writer may have died: recovery makes it even (an I/O error doing so is
+            # raised, rather than waiting on a counter nothing can make even).
+            try_recover(root, files, strict=True)
             started = time.monotonic()
         time.sleep(delay)
         delay = min(delay * 2, 0.005)
@@ -113,28 +118,41 @@ def count(root: Root, files: SessionFiles) -> int | None:
     Takes no lock. O(1) while the count cache matches the file (inode, size, mtime and
     counter); otherwise one newline count (O(transcript), no parsing), stored in the
     cache if the guard is free and nothing changed meanwhile."""
+    counted = count_with_size(root, files)
+    return None if counted is None else counted[0]
+
+
+def count_with_size(root: Root, files: SessionFiles) -> tuple[int, int] | None:
+    """:func:`count`, with the transcript size (bytes) the count describes: the file's
+    size, or less while a durable append is in flight (its line is not counted yet). Also
+    O(1) then: the count cache describes the file as it was when the append began."""
     seen: list[int] = []
 
-    def read(head: Head) -> tuple[int, os.stat_result | None] | None:
+    def read(head: Head) -> tuple[int, int, os.stat_result | None] | None:
         seen.append(head.seq)
 
-        def lines(fd: int, st: os.stat_result) -> tuple[int, os.stat_result | None]:
+        def lines(fd: int, st: os.stat_result) -> tuple[int, int, os.stat_result | None]:
             size = head.visible_size(st.st_size)
+            cache = head.cache
             if size != st.st_size:  # an append not yet durable: count what is, store nothing
-                return count_newlines(fd, 0, size), None
-            if head.cache is not None and head.cache.matches(st, head.seq):
-                return head.cache.lines, None
-            return count_newlines(fd, 0, size), st
+                # Its write moved the file's mtime, so the cache cannot match in full; the
+                # bytes it describes are the durable ones if inode, size and counter agree.
+                if cache is not None and (cache.ino, cache.size, cache.seq) == (st.st_ino, size, head.seq):
+                    return cache.lines, size, None
+                return count_newlines(fd, 0, size), size, None
+            if cache is not None and cache.matches(st, head.seq):
+                return cache.lines, size, None
+            return count_newlines(fd, 0, size), size, st
 
         return _on_transcript(files, lines)
 
     result = consistent(root, files, read)
     if result is None:
         return None
-    lines, counted = result
+    lines, size, counted = result
     if counted is not None:
         _store_count(root, files, counted, lines, seen[-1])
-    return lines
+    return lines, size
 
 
 def _store_count(root: Root, files: SessionFiles, counted: os.stat_result, lines: int, seq: int) -> None:

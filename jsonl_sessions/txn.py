@@ -141,10 +141,18 @@ def recover(guard: SessionGuard, files: SessionFiles) -> None:
         guard.show_all()
 
 
-def try_recover(root: Root, files: SessionFiles) -> None:
-    """Take the guard for a moment if it is free (which runs recovery); never waits, never raises."""
-    with contextlib.suppress(SessionStoreError, OSError):
+def try_recover(root: Root, files: SessionFiles, *, strict: bool = False) -> None:
+    """Take the guard for a moment if it is free (which runs recovery); never waits.
+    Raises nothing, except with ``strict`` an ``OSError`` from the attempt (recovery
+    could not run or failed part-way: the files may hold neither the state before an
+    interrupted mutation nor the one after, so a reader must not use them)."""
+    try:
         acquire(root, files, timeout=0).release()
+    except SessionStoreError:
+        pass  # busy (its holder is alive and finishes it), or a bad control file the next writer reports
+    except OSError:
+        if strict:
+            raise
 
 
 def mutate(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> Mutation:

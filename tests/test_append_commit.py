@@ -195,3 +195,57 @@ def run_in_thread(op: Callable[[], object]) -> object:
     thread.start()
     thread.join(30)
     return box[0]
+
+
+def test_reads_during_a_durable_append_in_flight_stay_o_page(tmp_path: pathlib.Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """While another thread's durable append waits in its fsync (its line hidden by the
+    visible end), the count stays O(1) and a window at the end stays O(window): no reader
+    falls back to reading the transcript from its start."""
+    store = SessionStore(tmp_path, durability="flush")
+    total = 3000
+    store.append_many(KEY, [user(f"m{i:05d}" + "x" * 200) for i in range(total)])
+    size = os.path.getsize(SessionFiles.of(str(tmp_path), KEY).transcript)
+    writer_store = SessionStore(tmp_path, durability="fsync")
+    reader = SessionStore(tmp_path, durability="fsync")
+    assert reader.get_message_count(KEY) == total  # the count cache is written
+    in_fsync = threading.Event()
+    reader_done = threading.Event()
+    real_fsync, real_pread = _platform.fsync, _platform.pread
+
+    def fsync_waits(fd: int) -> None:
+        if not in_fsync.is_set():
+            in_fsync.set()
+            reader_done.wait(10)
+        real_fsync(fd)
+
+    read_bytes = [0]
+
+    def counting_pread(fd: int, n: int, offset: int) -> bytes:
+        data = real_pread(fd, n, offset)
+        read_bytes[0] += len(data)
+        return data
+
+    monkeypatch.setattr(_platform, "fsync", fsync_waits)
+    thread = threading.Thread(target=writer_store.append, args=(KEY, user("in flight")))
+    thread.start()
+    costs: dict[str, int] = {}
+    try:
+        assert in_fsync.wait(10), "the append never reached its fsync"
+        monkeypatch.setattr(_platform, "pread", counting_pread)
+        for name, read in (("count", lambda: reader.get_message_count(KEY)),
+                           ("window", lambda: reader.get_messages(KEY, limit=2, offset=total - 2)),
+                           ("page", lambda: reader.page(KEY, limit=2))):
+            read_bytes[0] = 0
+            result = read()
+            costs[name] = read_bytes[0]
+            if name == "count":
+                assert result == total
+            else:
+                assert [m.content[:6] for m in getattr(result, "messages", result)] == ["m02998", "m02999"]
+    finally:
+        monkeypatch.setattr(_platform, "pread", real_pread)
+        reader_done.set()
+        thread.join(10)
+    assert all(cost < size // 10 for cost in costs.values()), (costs, size)
+    assert reader.get_message_count(KEY) == total + 1

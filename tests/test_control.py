@@ -97,6 +97,32 @@ def test_an_io_error_checking_a_moves_temp_file_raises_and_recovery_completes(tm
     assert sorted(p.name for p in root.iterdir() if p.name.endswith(".tmp")) == []
 
 
+def test_a_reader_never_returns_a_half_completed_replace_it_cannot_recover(tmp_path: pathlib.Path) -> None:
+    """While an I/O error keeps recovery from completing a ``moves`` record (the new
+    breadcrumb flag already in place, the old transcript not yet replaced), lock-free
+    readers raise that error instead of returning the mixed state; once it is gone they
+    see the whole new state."""
+    root = tmp_path / "s"
+    store = SessionStore(root, durability="fsync")
+    store.replace_conversation_state("k", [{"role": "user", "content": c} for c in "abcd"], False)
+    temp = str(root / ".k.jsonl.tmp")
+
+    def on_temp(kind: str, args: tuple[Any, ...]) -> bool:
+        return bool(args[0] == temp)
+
+    with Injector("lstat", 1, persistent=True, match=on_temp):
+        with pytest.raises(OSError):
+            store.replace_conversation_state("k", [{"role": "user", "content": c} for c in "xyz"], True)
+        reader = SessionStore(root)
+        for read in (reader.load, reader.try_load, reader.get_message_count, reader.get_messages,
+                     lambda k: reader.page(k, limit=10), reader.get_session_metadata):
+            with pytest.raises(OSError) as info:
+                read("k")
+            assert info.value.errno == errno.EIO
+    assert [m.content for m in reader.load("k")] == ["x", "y", "z"]
+    assert reader.get_session_metadata("k").trim_breadcrumb is True  # type: ignore[union-attr]
+
+
 def test_flush_mode_makes_no_fsync(tmp_path: pathlib.Path) -> None:
     """``"flush"`` skips every fsync, of files and of the directory, in every mutation
     (counted through the platform seam and under it)."""
