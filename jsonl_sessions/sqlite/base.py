@@ -164,7 +164,7 @@ class SqliteCore:
         if records is None:
             index = [rows.index_of(line) for line in lines]
         else:
-            index = [(r["id"], r["created_at"], r["role"], r["kind"]) for r in records]
+            index = [(r["id"], rows.created_column(r["created_at"]), r["role"], r["kind"]) for r in records]
         c.executemany(
             "INSERT INTO messages (session, seq, id, created_at, role, kind, line) VALUES (?, ?, ?, ?, ?, ?, ?)",
             [(sid, first_seq + i, *cols, line) for i, (cols, line) in enumerate(zip(index, lines))])

@@ -86,6 +86,9 @@ BAD_MESSAGES: dict[str, tuple[Any, type[Exception]]] = {
     "NaN content": ({"role": "user", "content": [math.nan]}, SerializationError),
     "infinite content": ({"role": "user", "content": {"x": -math.inf}}, SerializationError),
     "int beyond 64 bits": ({"role": "user", "content": 2**70}, SerializationError),
+    "created_at beyond 64 bits": ({"role": "user", "created_at": 2**64}, SerializationError),
+    "created_at below -2**63": ({"role": "user", "created_at": -(2**63) - 1}, SerializationError),
+    "created_at a bool": ({"role": "user", "created_at": True}, InvalidMessageError),
     "non-string object key": ({"role": "user", "content": {1: "x"}}, SerializationError),
     "non-JSON extra": ({"role": "user", "tool_calls": object()}, SerializationError),
 }
@@ -162,6 +165,9 @@ BAD_READS: dict[str, Case] = {
     "page float ts_before": ("page", {"ts_before": 1.5}, ValueError),
     "page unknown before": ("page", {"before": "0" * 26}, MessageNotFoundError),
     "page unknown after": ("page", {"after": "7" + "Z" * 25}, MessageNotFoundError),
+    "page empty before": ("page", {"before": ""}, MessageNotFoundError),
+    "page bool limit": ("page", {"limit": True}, ValueError),
+    "get_messages bool offset": ("get_messages", {"offset": False}, ValueError),
     "truncate unknown id": ("truncate_messages", {"up_to_message_id": "0" * 26}, MessageNotFoundError),
     "fork at an unknown id": ("copy_messages", {"source": KEY, "target": "fork", "up_to_message_id": "0" * 26},
                               MessageNotFoundError),
@@ -343,6 +349,57 @@ class SessionStoreContract:
         for case, bad in sorted(BAD_READS.items()):
             _raises(bad[2], case, run_case, seeded, bad)
             self._unchanged(seeded, before, case)
+
+    def test_windows_far_past_the_end(self, seeded: SessionBackend) -> None:
+        """``get_messages`` offsets and limits of any size (also past 64 bits) are list
+        slicing: past the end ``[]``, a huge limit everything from ``offset``; ``page``
+        with a huge limit is every message."""
+        msgs = [m.to_dict() for m in seeded.load(KEY)]
+        for offset, limit in [(2**63, None), (2**63 - 1, 1), (2**64, 5), (1, 2**63), (0, 2**63 - 1), (2, 2**64),
+                              (2**63 - 1, 2**63 - 1), (10**30, None), (0, 10**30)]:
+            got = [m.to_dict() for m in seeded.get_messages(KEY, offset=offset, limit=limit)]
+            want = msgs[offset:] if limit is None else msgs[offset:offset + limit]
+            assert got == want, f"get_messages(offset={offset}, limit={limit})"
+        for limit in (2**63 - 1, 2**63, 2**64, 10**30):
+            page = seeded.page(KEY, limit=limit)
+            assert [m.to_dict() for m in page.messages] == msgs and not page.has_more, f"page(limit={limit})"
+            page = seeded.page(KEY, limit=limit, after="")
+            assert [m.to_dict() for m in page.messages] == msgs and not page.has_more, f"page(limit={limit}, after='')"
+
+    def test_page_cursors(self, seeded: SessionBackend) -> None:
+        """``after=""`` pages from the first message; ``before=""`` names no message
+        (MessageNotFoundError, as an unknown id does for either cursor)."""
+        msgs = [m.to_dict() for m in seeded.load(KEY)]
+        page = seeded.page(KEY, limit=2, after="")
+        assert [m.to_dict() for m in page.messages] == msgs[:2] and page.has_more and page.before is None
+        assert page.after == msgs[1]["id"]
+        for cursor in ({"before": ""}, {"before": "0" * 26}, {"after": "0" * 26}, {"before": "x"}, {"after": "x"}):
+            exc = _raises(MessageNotFoundError, f"page({cursor})", lambda: seeded.page(KEY, **cursor))
+            assert isinstance(exc, ValueError)
+
+    # -- values at the edges ------------------------------------------------------------
+    def test_created_at_edges_are_kept_exactly(self, seeded: SessionBackend) -> None:
+        """Every ``created_at`` the codec can write (the 64-bit range, -2**63 .. 2**64-1)
+        is stored and read back exactly, by every writer."""
+        edges = [0, -1, -(2**63), 2**63 - 1, 2**63, 2**64 - 1]
+        ids = seeded.append_many("edges", [{"role": "user", "content": str(v), "created_at": v} for v in edges])
+        assert [m.created_at for m in seeded.load("edges")] == edges
+        assert [m.created_at for m in seeded.get_messages("edges", offset=3)] == edges[3:]
+        assert [m.created_at for m in seeded.page("edges", limit=2).messages] == edges[-2:]
+        got = seeded.get_message("edges", ids[-1])
+        assert got is not None and got.created_at == 2**64 - 1
+        assert seeded.append("edges", {"role": "user", "content": "one", "created_at": 2**63 + 1})
+        assert seeded.update_last("edges", {"role": "user", "content": "new", "created_at": 2**64 - 2}) is True
+        assert seeded.load("edges")[-1].created_at == 2**64 - 2
+        assert seeded.copy_messages("edges", "edges copy") == seeded.load("edges")[-1].id
+        assert [m.created_at for m in seeded.load("edges copy")] == edges + [2**64 - 2]
+        seeded.rewrite_messages("edges", [{"role": "user", "content": "r", "created_at": 2**63}])
+        seeded.replace_conversation_state("edges copy", [{"role": "user", "created_at": 2**64 - 1}], True)
+        assert [m.created_at for m in seeded.load("edges")] == [2**63]
+        assert [m.created_at for m in seeded.load("edges copy")] == [2**64 - 1]
+        assert seeded.page("edges copy", ts_before=2**64).messages[0].created_at == 2**64 - 1
+        assert seeded.page("edges copy", ts_before=2**64 - 1).messages == []
+        assert seeded.remove_last("edges copy") is True
 
     # -- metadata -----------------------------------------------------------------------
     def test_bad_metadata_value_is_refused(self, seeded: SessionBackend) -> None:

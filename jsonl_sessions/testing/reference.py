@@ -76,8 +76,9 @@ def page(msgs: list[ChatMessage], *, limit: int = 100, before: str | None = None
     """
     check_page_arguments(limit, before, after, ts_before)
     ids_ = [m.id for m in msgs]
-    for cursor in (before, after):
-        if cursor and cursor not in ids_:
+    # after="" means "from the first"; before="" names no message, as any id not stored
+    for cursor in (before, after or None):
+        if cursor is not None and (not cursor or cursor not in ids_):
             raise MessageNotFoundError(message_id=cursor)
 
     def ok(i: int) -> bool:
