@@ -102,14 +102,16 @@ class SqliteCore:
     # -- guard ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
-        """Hold the store's write lock for a block, making several calls one unit for other
-        writers (re-entrant: the store's methods work inside it). The lock is SQLite's
-        write lock: it covers the whole file, not only ``key``. What the calls inside do
-        is committed (durable, and visible to other connections) when the block ends, even
-        when it raises; a call that raised is undone alone. :class:`LockTimeoutError`
-        after ``lock_timeout``."""
+        """Keep every other writer out for a block, making several calls one unit for them
+        (re-entrant: the store's methods work inside it). The lock is the file's writers'
+        lock (a ``flock`` on ``<path>-lock``): it covers the whole file, not only ``key``,
+        and writers of other threads and processes wait for the whole block. It is not a
+        transaction: each call inside is atomic, and committed (durable in fsync mode,
+        visible to other readers) when it returns, as outside a block; a crash inside the
+        block loses nothing acknowledged, and a call that raised is undone alone.
+        :class:`LockTimeoutError` after ``lock_timeout``."""
         validate_key(key)
-        with self._db.write(key, keep_on_error=True):
+        with self._db.hold(key):
             yield
 
     # -- rows ------------------------------------------------------------------------------

@@ -373,8 +373,10 @@ class SessionStoreContract:
         page = seeded.page(KEY, limit=2, after="")
         assert [m.to_dict() for m in page.messages] == msgs[:2] and page.has_more and page.before is None
         assert page.after == msgs[1]["id"]
-        for cursor in ({"before": ""}, {"before": "0" * 26}, {"after": "0" * 26}, {"before": "x"}, {"after": "x"}):
-            exc = _raises(MessageNotFoundError, f"page({cursor})", lambda: seeded.page(KEY, **cursor))
+        cursors: list[dict[str, Any]] = [{"before": ""}, {"before": "0" * 26}, {"after": "0" * 26}, {"before": "x"},
+                                         {"after": "x"}]
+        for cursor in cursors:
+            exc = _raises(MessageNotFoundError, f"page({cursor})", lambda s, c: s.page(KEY, **c), seeded, cursor)
             assert isinstance(exc, ValueError)
 
     # -- values at the edges ------------------------------------------------------------
