@@ -196,7 +196,8 @@ class SqliteCore:
 
     def _newest(self, c: sqlite3.Connection, s: SessionRow) -> tuple[int, bytes, dict[str, Any]] | None:
         """``(seq, line, record)`` of the newest row; None when there is none. A row that does
-        not parse raises :class:`CorruptTranscriptError`. O(log n)."""
+        not parse raises :class:`CorruptTranscriptError`, its offset summed from the rows
+        before it (not from ``size_bytes``, which another tool's edit leaves stale). O(log n)."""
         row = c.execute("SELECT seq, line FROM messages WHERE session = ? ORDER BY seq DESC LIMIT 1",
                         (s.id,)).fetchone()
         if row is None:
@@ -205,7 +206,7 @@ class SqliteCore:
         try:
             return seq, line, codec.decode_record(line)
         except ValueError as exc:
-            raise rows.corrupt(s.key, self._path, seq, s.size - len(line) - 1, str(exc)) from None
+            raise rows.corrupt(s.key, self._path, seq, self._offset_of(c, s.id, seq), str(exc)) from None
 
     def _last_row(self, c: sqlite3.Connection, key: str) -> tuple[SessionRow, tuple[int, bytes, dict[str, Any]]] | None:
         """The session's row and its newest message row (see :meth:`_newest`); None when

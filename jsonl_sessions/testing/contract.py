@@ -30,7 +30,9 @@ it, as fsspec's and zarr's abstract suites do):
 
 - ``damage``: an object with ``raw(key) -> bytes`` and ``append_raw(key, data)`` that
   reads and appends the stored bytes of a session's transcript, for the corruption and
-  torn-tail contract (:class:`JsonlFileDamage` does it for the JSONL file layout).
+  torn-tail contract (:class:`JsonlFileDamage` does it for the JSONL file layout); with
+  ``rewrite_raw(key, data)`` too (the same lines edited, as another tool would, behind
+  the store's bookkeeping), the error offsets are checked after such edits.
 """
 
 from __future__ import annotations
@@ -500,6 +502,34 @@ class SessionStoreContract:
             else:
                 seeded.update_last(KEY, {"role": "user", "content": "x"})
         assert info.value.offset == raw.rindex(b"not json")
+        assert damage.raw(KEY) == raw
+
+    @pytest.mark.parametrize("method", ["remove_last", "update_last", "try_load", "truncate_messages", "compact"])
+    def test_offsets_count_lines_edited_behind_the_store(self, seeded: SessionBackend, damage: Any,
+                                                         method: str) -> None:
+        """Another tool lengthens the first line and makes the last one corrupt: the error
+        names the corrupt line at its true byte offset in the stored bytes as they are
+        now, and nothing changes."""
+        damage = self._damage(damage)
+        if not hasattr(damage, "rewrite_raw"):
+            pytest.skip("the backend's `damage` capability cannot edit stored lines")
+        ids = [m.id for m in seeded.load(KEY)]
+        lines = damage.raw(KEY).split(b"\n")[:-1]
+        lines[0] = lines[0].replace(b'"be brief"', b'"be brief, and this was edited by another tool"')
+        lines[-1] = b"not json, written over the last line"
+        damage.rewrite_raw(KEY, b"".join(line + b"\n" for line in lines))
+        raw = damage.raw(KEY)
+        assert seeded.load(KEY)[0].content == "be brief, and this was edited by another tool"
+        calls: dict[str, Callable[[], Any]] = {
+            "remove_last": lambda: seeded.remove_last(KEY),
+            "update_last": lambda: seeded.update_last(KEY, {"role": "user", "content": "x"}),
+            "try_load": lambda: seeded.try_load(KEY),
+            "truncate_messages": lambda: seeded.truncate_messages(KEY, ids[0]),
+            "compact": lambda: seeded.compact(KEY),
+        }
+        with pytest.raises(CorruptTranscriptError) as info:
+            calls[method]()
+        assert (info.value.line, info.value.offset) == (3, raw.rindex(b"not json")), info.value
         assert damage.raw(KEY) == raw
 
     def test_torn_tail_is_not_a_message_nor_an_error(self, seeded: SessionBackend, damage: Any) -> None:
