@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import codec, ids
 from ..assign import assign_ids
-from ..errors import InvalidMessageError, LockTimeoutError
+from ..errors import InvalidArgumentError, InvalidMessageError, LockTimeoutError
 from ..keys import validate_key
 from ..protocol import SessionBackend
 from ..rules import check_context, check_number, check_options, check_state, check_text
@@ -415,7 +415,7 @@ class MemorySessionStore:
         keyword = check_text("keyword", query.keyword)
         limit = query.limit
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit must be None or an int >= 0, not {limit!r}")
+            raise InvalidArgumentError(argument="limit", reason=f"limit must be None or an int >= 0, not {limit!r}")
         alias = None if query.agent_alias is None else check_text("agent_alias", query.agent_alias)
         with self._model:
             return [self._metadata(k, self._ref.sessions[k])
