@@ -129,8 +129,8 @@ class HistoryMethods(SqliteCore):
         session, ValueError for a negative ``limit`` / ``offset``. A row that does not
         parse is skipped (logged), so concatenated windows equal :meth:`load`.
         Cost: O(log n + window)."""
+        validate_key(key)  # the key first, as every backend checks it
         check_window(limit, offset)
-        validate_key(key)
         with self._db.read() as c:
             s = self._existing(c, key)
             if limit == 0 or offset >= s.count:
@@ -160,8 +160,8 @@ class HistoryMethods(SqliteCore):
         :class:`SessionNotFoundError`, :class:`MessageNotFoundError` (unknown cursor),
         ValueError (``limit < 1``, both cursors). One read transaction. Cost: O(log n) to
         find a cursor plus O(page) rows (``ts_before`` reads the rows it skips)."""
-        check_page_arguments(limit, before, after, ts_before)
         validate_key(key)
+        check_page_arguments(limit, before, after, ts_before)
         reading = Reading(ts_before)
         with self._db.read() as c:
             s = self._existing(c, key)

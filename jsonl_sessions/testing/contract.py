@@ -353,6 +353,12 @@ class SessionStoreContract:
             _raises(bad[2], case, run_case, seeded, bad)
             self._unchanged(seeded, before, case)
 
+    def test_the_key_is_checked_first(self, seeded: SessionBackend) -> None:
+        """An invalid key with other bad arguments: InvalidSessionKeyError, whichever backend."""
+        for bad_key in INVALID_KEYS:
+            _raises(InvalidSessionKeyError, "get_messages", lambda k: seeded.get_messages(k, offset=-1), bad_key)
+            _raises(InvalidSessionKeyError, "page", lambda k: seeded.page(k, limit=0, before="x", after="y"), bad_key)
+
     def test_windows_far_past_the_end(self, seeded: SessionBackend) -> None:
         """``get_messages`` offsets and limits of any size (also past 64 bits) are list
         slicing: past the end ``[]``, a huge limit everything from ``offset``; ``page``
