@@ -13,7 +13,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from .. import codec, ids, sidecar
@@ -25,7 +24,7 @@ from ..errors import (
 )
 from ..keys import validate_key
 from ..rules import check_options
-from ..types import ChatMessage, Durability, MessageLike, TimestampedMessage, as_message
+from ..types import ChatMessage, Durability, MessageLike, TimestampedMessage, as_message, datetime_of_ms
 from . import rows
 from .db import Database
 
@@ -258,11 +257,7 @@ class SqliteCore:
 
     def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
         """Like :meth:`load`, each message with its ``created_at`` as an aware UTC datetime."""
-        out = []
-        for m in self.load(key):
-            ms = m.created_at
-            out.append(TimestampedMessage(m, None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)))
-        return out
+        return [TimestampedMessage(m, datetime_of_ms(m.created_at)) for m in self.load(key)]
 
     def session_exists(self, key: str) -> bool:
         """Whether the session exists. O(log sessions)."""

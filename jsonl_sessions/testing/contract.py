@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -399,6 +400,10 @@ class SessionStoreContract:
         assert [m.created_at for m in seeded.page("edges", limit=2).messages] == edges[-2:]
         got = seeded.get_message("edges", ids[-1])
         assert got is not None and got.created_at == 2**64 - 1
+        stamped = seeded.load_with_timestamps("edges")  # beyond a datetime's years 1 to 9999: None
+        assert [t.created_at for t in stamped] == [datetime(1970, 1, 1, tzinfo=timezone.utc),
+                                                   datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc),
+                                                   None, None, None, None]
         assert seeded.append("edges", {"role": "user", "content": "one", "created_at": 2**63 + 1})
         assert seeded.update_last("edges", {"role": "user", "content": "new", "created_at": 2**64 - 2}) is True
         assert seeded.load("edges")[-1].created_at == 2**64 - 2

@@ -34,7 +34,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .. import codec, ids
@@ -54,6 +54,7 @@ from ..types import (
     SessionState,
     TimestampedMessage,
     as_message,
+    datetime_of_ms,
 )
 from .reference import EPOCH, ReferenceStore, SessionModel
 
@@ -166,9 +167,7 @@ class MemorySessionStore:
         return self.load(key)
 
     def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
-        return [TimestampedMessage(m, None if m.created_at is None else
-                                   datetime.fromtimestamp(m.created_at / 1000, tz=timezone.utc))
-                for m in self.load(key)]
+        return [TimestampedMessage(m, datetime_of_ms(m.created_at)) for m in self.load(key)]
 
     def session_exists(self, key: str) -> bool:
         with self._read(key) as s:
