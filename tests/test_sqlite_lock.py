@@ -132,11 +132,22 @@ def test_other_writers_wait_for_the_whole_block(tmp_path: pathlib.Path) -> None:
     store.close()
 
 
+def _state_after(last: int) -> list[str]:
+    """The session once HOLDER's calls 0..last returned."""
+    out: list[str] = []
+    for i in range(min(last, 7) + 1):
+        if i % 3 == 2:
+            out[-1] = str(i)
+        else:
+            out.append(str(i))
+    return out
+
+
 @pytest.mark.parametrize("trial", range(sized(2, 20)))
 def test_sigkill_inside_lock_loses_nothing_acknowledged(tmp_path: pathlib.Path, trial: int) -> None:
     """A process killed (SIGKILL) inside a lock() block, after some of its calls returned:
-    every acknowledged call is in the file, the block's end never came, the lock is
-    free again and the file verifies clean."""
+    every acknowledged call is in the file (and at most the one in flight on top), the
+    block's end never came, the lock is free again and the file verifies clean."""
     rng = random.Random(trial)
     path = tmp_path / "s.db"
     SqliteSessionStore(path).close()
@@ -144,13 +155,7 @@ def test_sigkill_inside_lock_loses_nothing_acknowledged(tmp_path: pathlib.Path, 
     acked = kill_after(["-c", HOLDER, str(path), "8"], want, rng)
     store = SqliteSessionStore(path, lock_timeout=5)
     contents = [m.content for m in store.load("k")]
-    expected = []
-    for i in range(acked + 1):
-        if i % 3 == 2:
-            expected[-1] = str(i)
-        else:
-            expected.append(str(i))
-    assert contents == expected, f"acknowledged up to {acked}, found {contents}"
+    assert contents in (_state_after(acked), _state_after(acked + 1)), f"acknowledged up to {acked}, found {contents}"
     store.append("k", {"role": "user", "content": "after"})  # the dead holder's lock is gone
     assert store.verify().ok, store.verify().findings
     store.close()
