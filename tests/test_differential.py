@@ -30,10 +30,12 @@ from jsonl_sessions.sqlite import SqliteSessionStore
 from jsonl_sessions.testing.memory import MemorySessionStore
 from jsonl_sessions.testing.strategies import json_text
 
-KEYS = ["a", "b", "\U0001f99c parrot/../x", "k" * 200]
+KEYS = ["a", "b", "\U0001f99c parrot/../x", "k" * 200, "CON", "A"]
 BAD_KEYS = ["", "a\x00b", "\ud800"]
 EDGE_INTS = [0, 1, 2, 3, -1, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 10**30, -(2**63), -(2**63) - 1]
 UNKNOWN = "7ZZZZZZZZZZZZZZZZZZZZZZZZZ"
+#: Every store's max_message_bytes: small enough that the generated content crosses it.
+LIMIT = 400
 
 keys = st.sampled_from(KEYS * 8 + BAD_KEYS)
 edge_ints = st.sampled_from(EDGE_INTS) | st.integers(min_value=-5, max_value=8)
@@ -41,7 +43,10 @@ texts = json_text(12)
 created = st.one_of(st.none(), st.none(), st.none(), edge_ints, st.just(True),
                     st.integers(min_value=-(2**63), max_value=2**64 - 1))
 caller_ids = st.sampled_from([""] * 12 + ["0" * 26, UNKNOWN, "01ARZ3NDEKTSV4RRFFQ69G5FAV", "x", "\u00e9"])
-contents = texts | st.lists(texts | st.fixed_dictionaries({"type": st.just("text"), "text": texts}), max_size=2)
+#: Around max_message_bytes (LIMIT): a line of about 100 bytes plus this text.
+long_texts = st.integers(min_value=LIMIT - 130, max_value=LIMIT - 60).map(lambda n: "\u00e9" * (n // 2) + "x" * (n % 2))
+contents = st.one_of(texts, texts, long_texts,
+                     st.lists(texts | st.fixed_dictionaries({"type": st.just("text"), "text": texts}), max_size=2))
 messages = st.builds(
     lambda role, content, kind, at, mid, extra: {"role": role, "content": content, "kind": kind,
                                                  **({} if at is None else {"created_at": at}),
@@ -61,7 +66,7 @@ small = st.integers(min_value=0, max_value=5)
 windows = st.one_of(st.none(), small, small, edge_ints, st.just(True))
 
 Op = tuple[str, tuple[Any, ...]]
-ops = st.one_of(
+plain_ops = st.one_of(
     st.tuples(st.just("append"), st.tuples(keys, messages)),
     st.tuples(st.just("append_many"), st.tuples(keys, batches)),
     st.tuples(st.just("remove_last"), st.tuples(keys, refs)),
@@ -82,7 +87,11 @@ ops = st.one_of(
     st.tuples(st.just("search"), st.tuples(keys, texts, st.none() | edge_ints)),
     st.tuples(st.just("compact"), st.tuples(keys)),
     st.tuples(st.just("load_with_timestamps"), st.tuples(keys)),
+    st.tuples(st.just("as_message"), st.tuples(keys, messages)),
 )
+#: A plain op, or a few of them inside ``lock(key)`` (the block is not a transaction:
+#: each call's result and effect must be the same as outside it).
+ops = plain_ops | st.tuples(st.just("locked"), st.tuples(keys, st.lists(plain_ops, min_size=1, max_size=3)))
 
 
 def resolve(store: Any, key: str, ref: str | None) -> str | None:
@@ -139,6 +148,8 @@ def run(store: Any, op: Op) -> Any:
         return META[args[1]](store, key, args[2])
     if name == "search":
         return sorted(md.key for md in store.search(SessionQuery(args[1], limit=args[2])))
+    if name == "as_message":  # the same message handed over as a ChatMessage
+        return store.append(key, ChatMessage.from_dict(args[1]))
     if name in ("append", "append_many", "rewrite_messages"):
         return getattr(store, name)(key, args[1])
     return getattr(store, name)(key)
@@ -161,6 +172,12 @@ def plain(value: Any) -> Any:
 
 def call(store: Any, op: Op, seed: int) -> Any:
     random.seed(seed)
+    if op[0] == "locked":
+        try:
+            with store.lock(op[1][0]):
+                return [call(store, inner, seed * 10 + i) for i, inner in enumerate(op[1][1])]
+        except Exception as exc:  # noqa: BLE001 - an invalid key
+            return type(exc).__name__
     try:
         return plain(run(store, op))
     except Exception as exc:  # noqa: BLE001 - the type is what every backend must agree on
@@ -193,9 +210,11 @@ def test_three_backends_agree_call_by_call(program: list[Op]) -> None:
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="jsonl-diff-"))
     clock = Clock()
     stores: dict[str, Any] = {
-        "jsonl": SessionStore(tmp / "jsonl", durability="flush", clock=clock, lock_timeout=5),
-        "sqlite": SqliteSessionStore(tmp / "s.db", durability="flush", clock=clock, lock_timeout=5),
-        "memory": MemorySessionStore(clock=clock, lock_timeout=5),
+        "jsonl": SessionStore(tmp / "jsonl", durability="flush", clock=clock, lock_timeout=5,
+                              max_message_bytes=LIMIT),
+        "sqlite": SqliteSessionStore(tmp / "s.db", durability="flush", clock=clock, lock_timeout=5,
+                                     max_message_bytes=LIMIT),
+        "memory": MemorySessionStore(clock=clock, lock_timeout=5, max_message_bytes=LIMIT),
     }
     try:
         for step, op in enumerate(program):
