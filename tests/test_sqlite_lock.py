@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 from _budget import sized
@@ -199,3 +200,31 @@ def test_a_forked_child_does_not_keep_a_dead_holders_lock(tmp_path: pathlib.Path
         proc.wait()
         proc.stdout.close()
         os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fork_while_the_store_is_busy_does_not_hang_the_child(tmp_path: pathlib.Path) -> None:
+    """A fork taken while a thread of the parent is inside the store's bookkeeping (its
+    internal mutex held): the child's fork handler does not wait for that mutex (its
+    holder is not in the child), and the child writes."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    store.append("k", {"role": "user", "content": "parent"})
+    with store._db._mutex:  # as if another thread were opening its connection right now
+        pid = os.fork()
+        if pid == 0:  # the child: exit status 0 only if its write worked
+            ok = False
+            try:
+                store.append("k", {"role": "user", "content": "child"})
+                ok = True
+            finally:
+                os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 20
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if done[0] == 0:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert [m.content for m in store.load("k")] == ["parent", "child"]
+    store.close()

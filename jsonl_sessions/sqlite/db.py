@@ -182,11 +182,13 @@ class Database:
                 _platform.close(fd)
 
     def close_inherited(self) -> None:
-        """Close the lock-file descriptors another process (the parent of a fork) opened."""
+        """In a forked child: close the lock-file descriptors the parent opened."""
         pid = os.getpid()
-        with self._mutex:
-            inherited = [fd for opener, fd in self._guard_fds if opener != pid]
-            self._guard_fds = [(opener, fd) for opener, fd in self._guard_fds if opener == pid]
+        # another thread of the parent may have held the mutex at the fork, and it is
+        # gone: a new one (the child has one thread), never a wait for the old one
+        self._mutex = threading.Lock()
+        inherited = [fd for opener, fd in self._guard_fds if opener != pid]
+        self._guard_fds = [(opener, fd) for opener, fd in self._guard_fds if opener == pid]
         for fd in inherited:
             with contextlib.suppress(OSError):
                 _platform.close(fd)
