@@ -142,6 +142,18 @@ class DuplicateMessageError(InvalidMessageError):
     _template = "message id {message_id!r} already exists in session {key!r}"
 
 
+class InvalidArgumentError(SessionStoreError, ValueError):
+    """An argument other than a key or a message is out of range or of the wrong kind
+    (a negative window, a page limit below 1, both page cursors, an unknown run state,
+    an empty principal...). Raised before anything is read or written, with the same
+    type and message on every backend. ``argument`` names the parameter."""
+
+    _fields = ("argument", "reason")
+    _template = "{reason}"
+    argument: str | None
+    reason: str | None
+
+
 class MessageNotFoundError(SessionStoreError, ValueError):
     """A message id named by the caller is not in the session."""
 
@@ -183,6 +195,7 @@ __all__ = [
     "CorruptMetadataError",
     "CorruptTranscriptError",
     "DuplicateMessageError",
+    "InvalidArgumentError",
     "InvalidMessageError",
     "InvalidSessionKeyError",
     "LockTimeoutError",

@@ -2,9 +2,9 @@
 same error with the same message whichever backend gets it.
 
 Each check returns the checked value (or nothing) and raises before anything is read or
-written: ``TypeError`` for a value of the wrong type, ``ValueError`` for one out of
-range. None of them touches a store. Cost: O(1), or O(size of the value) for text and
-context maps.
+written: ``TypeError`` for a value of the wrong type, :class:`InvalidArgumentError` (a
+``ValueError``) for one out of range. None of them touches a store. Cost: O(1), or
+O(size of the value) for text and context maps.
 """
 
 from __future__ import annotations
@@ -12,18 +12,23 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from .errors import InvalidArgumentError
 from .types import SESSION_STATES, SessionQuery
+
+
+def _invalid(argument: str, reason: str) -> InvalidArgumentError:
+    return InvalidArgumentError(argument=argument, reason=reason)
 
 
 def check_options(durability: object, lock_timeout: float | None, max_message_bytes: int) -> None:
     """ValueError for store options out of range (``durability`` other than "fsync" or
     "flush", a negative ``lock_timeout``, a ``max_message_bytes`` that is not positive)."""
     if durability not in ("fsync", "flush"):
-        raise ValueError(f"durability must be 'fsync' or 'flush', not {durability!r}")
+        raise _invalid("durability", f"durability must be 'fsync' or 'flush', not {durability!r}")
     if lock_timeout is not None and lock_timeout < 0:
-        raise ValueError("lock_timeout must be >= 0 or None")
+        raise _invalid("lock_timeout", "lock_timeout must be >= 0 or None")
     if max_message_bytes <= 0:
-        raise ValueError("max_message_bytes must be positive")
+        raise _invalid("max_message_bytes", "max_message_bytes must be positive")
 
 
 def check_text(what: str, value: object, *, empty: bool = True) -> str:
@@ -32,11 +37,11 @@ def check_text(what: str, value: object, *, empty: bool = True) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
     if not empty and not value:
-        raise ValueError(f"{what} must not be empty")
+        raise _invalid(what, f"{what} must not be empty")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValueError(f"{what} is not valid Unicode text (lone surrogate): {value!r}") from None
+        raise _invalid(what, f"{what} is not valid Unicode text (lone surrogate): {value!r}") from None
     return str(value)
 
 
@@ -46,7 +51,7 @@ def check_number(what: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be a number, not {type(value).__name__}")
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{what} must be a finite number >= 0, not {value!r}")
+        raise _invalid(what, f"{what} must be a finite number >= 0, not {value!r}")
     return float(value)
 
 
@@ -62,7 +67,7 @@ def check_state(state: object, turn_id: object) -> tuple[str, str | None]:
     """``(state, turn)`` of a run-state change: ValueError for a state other than "idle",
     "running", "error"; the turn checked as text, and dropped for "idle"."""
     if not isinstance(state, str) or state not in SESSION_STATES:
-        raise ValueError(f"state must be one of {sorted(SESSION_STATES)}, not {state!r}")
+        raise _invalid("state", f"state must be one of {sorted(SESSION_STATES)}, not {state!r}")
     turn = None if turn_id is None else check_text("turn_id", turn_id)
     return state, None if state == "idle" else turn
 
@@ -76,7 +81,7 @@ def check_query(query: object) -> tuple[str, int | None, str | None]:
     needle = check_text("keyword", query.keyword).casefold()
     limit = query.limit
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be None or an int >= 0, not {limit!r}")
+        raise _invalid("limit", f"limit must be None or an int >= 0, not {limit!r}")
     alias = None if query.agent_alias is None else check_text("agent_alias", query.agent_alias)
     return needle, limit, alias
 
@@ -85,20 +90,20 @@ def check_window(limit: object, offset: object) -> None:
     """The checks of ``get_messages``: ValueError for a ``limit`` that is not None or an
     int >= 0, or an ``offset`` that is not an int >= 0."""
     if limit is not None and (type(limit) is not int or limit < 0):
-        raise ValueError(f"limit must be None or an int >= 0, not {limit!r}")
+        raise _invalid("limit", f"limit must be None or an int >= 0, not {limit!r}")
     if type(offset) is not int or offset < 0:
-        raise ValueError(f"offset must be an int >= 0, not {offset!r}")
+        raise _invalid("offset", f"offset must be an int >= 0, not {offset!r}")
 
 
 def check_page_arguments(limit: object, before: object, after: object, ts_before: object) -> None:
     """The checks of ``page``: ValueError for a limit that is not a positive int, both
     cursors given, a ``ts_before`` that is not int milliseconds."""
     if type(limit) is not int or limit < 1:
-        raise ValueError(f"limit must be a positive int, not {limit!r}")
+        raise _invalid("limit", f"limit must be a positive int, not {limit!r}")
     if before is not None and after is not None:
-        raise ValueError("page takes at most one of before= and after=")
+        raise _invalid("before", "page takes at most one of before= and after=")
     if ts_before is not None and type(ts_before) is not int:
-        raise ValueError(f"ts_before must be int milliseconds or None, not {ts_before!r}")
+        raise _invalid("ts_before", f"ts_before must be int milliseconds or None, not {ts_before!r}")
 
 
 __all__ = ["check_context", "check_number", "check_options", "check_page_arguments", "check_query", "check_state",

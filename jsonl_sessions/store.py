@@ -29,7 +29,6 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -51,6 +50,7 @@ from .types import (
     SessionState,
     TimestampedMessage,
     as_message,
+    datetime_of_ms,
 )
 
 if TYPE_CHECKING:
@@ -159,8 +159,7 @@ class SessionStore:
 
     def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
         """Like :meth:`load`, each message with its ``created_at`` as an aware UTC datetime."""
-        return [TimestampedMessage(m, None if m.created_at is None else datetime.fromtimestamp(m.created_at / 1000, tz=timezone.utc))
-                for m in self.load(key)]
+        return [TimestampedMessage(m, datetime_of_ms(m.created_at)) for m in self.load(key)]
 
     def session_exists(self, key: str) -> bool:
         """Whether the session's transcript exists (a regular file). Takes no lock."""

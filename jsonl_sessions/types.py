@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from .errors import InvalidMessageError
@@ -252,10 +252,23 @@ MessageLike = ChatMessage | Mapping[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class TimestampedMessage:
-    """A message with its persisted creation time (UTC), None when it has none."""
+    """A message with its persisted creation time (UTC), None when it has none (or one a
+    ``datetime`` cannot hold, see :func:`datetime_of_ms`)."""
 
     message: ChatMessage
     created_at: datetime | None
+
+
+def datetime_of_ms(ms: int | None) -> datetime | None:
+    """``ms`` (milliseconds since the epoch) as an aware UTC ``datetime``; None when it is
+    None or outside what a ``datetime`` holds (years 1 to 9999): a stored ``created_at``
+    may be any 64-bit integer, and one such message must not make a whole read fail."""
+    if ms is None:
+        return None
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -231,3 +231,23 @@ def test_migrate_copies_corrupt_lines_verbatim(tmp_path: pathlib.Path) -> None:
     assert migrate(db, back).ok
     assert (tmp_path / "back" / "k.jsonl").read_bytes() == (tmp_path / "jsonl" / "k.jsonl").read_bytes()
     db.close()
+
+
+def test_migrate_keeps_created_at_across_the_whole_64_bit_range(tmp_path: pathlib.Path) -> None:
+    """A ``created_at`` one backend accepted moves to the other and back byte for byte
+    (SQLite's index column holds it clamped, the line the exact value; verify agrees)."""
+    edges = [-(2**63), -1, 0, 2**63 - 1, 2**63, 2**64 - 1]
+    jsonl = SessionStore(tmp_path / "jsonl")
+    jsonl.append_many("k", [{"role": "user", "content": str(v), "created_at": v} for v in edges])
+    db = SqliteSessionStore(tmp_path / "s.db")
+    report = migrate(jsonl, db)
+    assert report.ok, report.failed
+    assert [m.created_at for m in db.load("k")] == edges
+    assert db.verify().ok, db.verify().findings
+    db.append("k", {"role": "user", "content": "more", "created_at": 2**64 - 1})
+    back = SessionStore(tmp_path / "back")
+    assert migrate(db, back).ok
+    raw = (tmp_path / "back" / "k.jsonl").read_bytes()
+    assert raw.startswith((tmp_path / "jsonl" / "k.jsonl").read_bytes())
+    assert raw.endswith(b'"created_at":18446744073709551615,"role":"user","kind":"message","content":"more"}\n')
+    db.close()

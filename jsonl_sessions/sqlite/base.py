@@ -13,7 +13,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from .. import codec, ids, sidecar
@@ -25,7 +24,7 @@ from ..errors import (
 )
 from ..keys import validate_key
 from ..rules import check_options
-from ..types import ChatMessage, Durability, MessageLike, TimestampedMessage, as_message
+from ..types import ChatMessage, Durability, MessageLike, TimestampedMessage, as_message, datetime_of_ms
 from . import rows
 from .db import Database
 
@@ -102,14 +101,16 @@ class SqliteCore:
     # -- guard ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
-        """Hold the store's write lock for a block, making several calls one unit for other
-        writers (re-entrant: the store's methods work inside it). The lock is SQLite's
-        write lock: it covers the whole file, not only ``key``. What the calls inside do
-        is committed (durable, and visible to other connections) when the block ends, even
-        when it raises; a call that raised is undone alone. :class:`LockTimeoutError`
-        after ``lock_timeout``."""
+        """Keep every other writer out for a block, making several calls one unit for them
+        (re-entrant: the store's methods work inside it). The lock is the file's writers'
+        lock (a ``flock`` on ``<path>-lock``): it covers the whole file, not only ``key``,
+        and writers of other threads and processes wait for the whole block. It is not a
+        transaction: each call inside is atomic, and committed (durable in fsync mode,
+        visible to other readers) when it returns, as outside a block; a crash inside the
+        block loses nothing acknowledged, and a call that raised is undone alone.
+        :class:`LockTimeoutError` after ``lock_timeout``."""
         validate_key(key)
-        with self._db.write(key, keep_on_error=True):
+        with self._db.hold(key):
             yield
 
     # -- rows ------------------------------------------------------------------------------
@@ -164,7 +165,7 @@ class SqliteCore:
         if records is None:
             index = [rows.index_of(line) for line in lines]
         else:
-            index = [(r["id"], r["created_at"], r["role"], r["kind"]) for r in records]
+            index = [(r["id"], rows.created_column(r["created_at"]), r["role"], r["kind"]) for r in records]
         c.executemany(
             "INSERT INTO messages (session, seq, id, created_at, role, kind, line) VALUES (?, ?, ?, ?, ?, ?, ?)",
             [(sid, first_seq + i, *cols, line) for i, (cols, line) in enumerate(zip(index, lines))])
@@ -194,7 +195,8 @@ class SqliteCore:
 
     def _newest(self, c: sqlite3.Connection, s: SessionRow) -> tuple[int, bytes, dict[str, Any]] | None:
         """``(seq, line, record)`` of the newest row; None when there is none. A row that does
-        not parse raises :class:`CorruptTranscriptError`. O(log n)."""
+        not parse raises :class:`CorruptTranscriptError`, its offset summed from the rows
+        before it (not from ``size_bytes``, which another tool's edit leaves stale). O(log n)."""
         row = c.execute("SELECT seq, line FROM messages WHERE session = ? ORDER BY seq DESC LIMIT 1",
                         (s.id,)).fetchone()
         if row is None:
@@ -203,7 +205,7 @@ class SqliteCore:
         try:
             return seq, line, codec.decode_record(line)
         except ValueError as exc:
-            raise rows.corrupt(s.key, self._path, seq, s.size - len(line) - 1, str(exc)) from None
+            raise rows.corrupt(s.key, self._path, seq, self._offset_of(c, s.id, seq), str(exc)) from None
 
     def _last_row(self, c: sqlite3.Connection, key: str) -> tuple[SessionRow, tuple[int, bytes, dict[str, Any]]] | None:
         """The session's row and its newest message row (see :meth:`_newest`); None when
@@ -255,11 +257,7 @@ class SqliteCore:
 
     def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
         """Like :meth:`load`, each message with its ``created_at`` as an aware UTC datetime."""
-        out = []
-        for m in self.load(key):
-            ms = m.created_at
-            out.append(TimestampedMessage(m, None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)))
-        return out
+        return [TimestampedMessage(m, datetime_of_ms(m.created_at)) for m in self.load(key)]
 
     def session_exists(self, key: str) -> bool:
         """Whether the session exists. O(log sessions)."""

@@ -6,13 +6,18 @@
   is fsynced to the WAL before it returns: it survives a power loss), ``"flush"`` to
   ``synchronous=NORMAL`` (a commit survives a process crash; the WAL is fsynced at
   checkpoints, so the last commits may be lost on a power loss).
-- Writers: ``BEGIN IMMEDIATE`` takes SQLite's write lock, which is the guard across
-  threads and processes. It is one lock for the whole file (not one per session): a
-  writer waits for any other writer, each holding it for one short transaction. The
-  wait is bounded by ``lock_timeout`` (SQLite's busy timeout), then
-  :class:`LockTimeoutError`. Nested writes on one thread (a method called inside
-  :meth:`Database.lock`, or by another method) run in a ``SAVEPOINT`` of the open
-  transaction, so a failing inner call is undone alone.
+- Writers: the guard across threads and processes is an exclusive ``flock`` on the
+  writers' lock file ``<path>-lock`` (each thread opens its own descriptor, so threads
+  exclude each other too; the kernel drops a dead holder's lock). It is one lock for the
+  whole file (not one per session). Every write transaction takes it, then ``BEGIN
+  IMMEDIATE`` (SQLite's write lock, which then only waits for a writer that does not
+  use the lock file: another tool or an older version), and gives it back after the
+  ``COMMIT``. :meth:`Database.hold` keeps it for a block (``lock(key)``): the calls
+  inside are still one transaction each, committed (durable) when each returns, while
+  other writers wait for the whole block. Waiting is bounded by ``lock_timeout``, then
+  :class:`LockTimeoutError` (naming the holder's pid where the platform tells). A write
+  nested in another on one thread (a method called by another method) runs in a
+  ``SAVEPOINT`` of the open transaction, so a failing inner call is undone alone.
 - Readers: a deferred ``BEGIN`` around the statements of one call, so a call reads one
   snapshot (WAL readers take no lock and never block or wait for writers).
 """
@@ -24,8 +29,11 @@ import errno
 import os
 import sqlite3
 import threading
+import time
+import weakref
 from collections.abc import Iterator
 
+from .. import _platform
 from ..errors import LockTimeoutError
 from ..types import Durability
 from .schema import SchemaError, is_current, upgrade
@@ -41,6 +49,8 @@ class _Local(threading.local):
     depth: int = 0  # open write transaction + savepoints on this thread
     aborted: OSError | None = None  # SQLite rolled the open transaction back (an I/O error inside it)
     reading: int = 0
+    guard_fd: int = -1  # this thread's descriptor of the writers' lock file
+    holding: int = 0  # hold() blocks open on this thread (nested: counted)
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
@@ -84,7 +94,25 @@ def os_error(exc: BaseException) -> OSError | None:
 
 def _aborted(cause: OSError) -> OSError:
     return OSError(cause.errno, f"{cause.strerror or cause}: SQLite rolled back the whole transaction of this "
-                   "lock() block; nothing done inside it was committed")
+                   "call; nothing it did was committed")
+
+
+_FIRST_DELAY = 0.0001
+_MAX_DELAY = 0.005
+#: Every open Database of the process, for the fork handler.
+_OPEN: weakref.WeakSet[Database] = weakref.WeakSet()
+
+
+def _forget_parent_guards() -> None:
+    """In a forked child: close the lock-file descriptors inherited from the parent (never
+    unlock them: that would free the parent's lock), so a child that outlives a parent
+    killed inside a lock() block does not keep its lock held."""
+    for db in list(_OPEN):
+        db.close_inherited()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parent_guards)
 
 
 class Database:
@@ -97,7 +125,10 @@ class Database:
         self._local = _Local()
         self._mutex = threading.Lock()
         self._conns: list[tuple[int, sqlite3.Connection]] = []  # (pid that opened it, connection)
+        self._guard_fds: list[tuple[int, int]] = []  # (pid that opened it, lock-file descriptor)
+        self.lock_path = path + "-lock"
         self._closed = False
+        _OPEN.add(self)
         if not os.path.exists(path):  # created 0600 before SQLite opens it (its WAL files copy the mode)
             with contextlib.suppress(FileExistsError):
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -128,6 +159,7 @@ class Database:
                                cached_statements=128)
         conn.execute(f"PRAGMA synchronous={self._synchronous}")
         local.conn, local.pid, local.depth, local.reading = conn, os.getpid(), 0, 0
+        local.guard_fd, local.holding = -1, 0
         with self._mutex:
             self._conns.append((local.pid, conn))
         return conn
@@ -140,10 +172,83 @@ class Database:
         with self._mutex:
             self._closed = True
             conns, self._conns = self._conns, []
+            fds, self._guard_fds = self._guard_fds, []
         for opener, conn in conns:
             if opener == pid:
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
+        for _opener, fd in fds:  # closing (never unlocking) an inherited one leaves the parent's lock alone
+            with contextlib.suppress(OSError):
+                _platform.close(fd)
+
+    def close_inherited(self) -> None:
+        """In a forked child: close the lock-file descriptors the parent opened."""
+        pid = os.getpid()
+        # another thread of the parent may have held the mutex at the fork, and it is
+        # gone: a new one (the child has one thread), never a wait for the old one
+        self._mutex = threading.Lock()
+        inherited = [fd for opener, fd in self._guard_fds if opener != pid]
+        self._guard_fds = [(opener, fd) for opener, fd in self._guard_fds if opener == pid]
+        for fd in inherited:
+            with contextlib.suppress(OSError):
+                _platform.close(fd)
+
+    # -- the writers' lock ----------------------------------------------------------------
+    def _guard_fd(self) -> int:
+        """This thread's descriptor of the writers' lock file (opened on first use)."""
+        self.conn()  # a new thread state after a fork
+        local = self._local
+        if local.guard_fd == -1:
+            fd = _platform.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
+            with self._mutex:
+                self._guard_fds.append((os.getpid(), fd))
+            local.guard_fd = fd
+        return local.guard_fd
+
+    def _take(self, key: str | None) -> int:
+        """Take the writers' lock for this thread, polling with a short backoff; its
+        descriptor. :class:`LockTimeoutError` after ``lock_timeout``."""
+        fd = self._guard_fd()
+        if _platform.try_lock(fd):
+            return fd
+        deadline = None if self._lock_timeout is None else time.monotonic() + self._lock_timeout
+        delay = _FIRST_DELAY
+        while True:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise LockTimeoutError(key=key, path=self.path, timeout=self._lock_timeout,
+                                           holder_pid=_platform.lock_holder(fd))
+                time.sleep(min(delay, left))
+            else:
+                time.sleep(delay)
+            delay = min(delay * 2, _MAX_DELAY)
+            if _platform.try_lock(fd):
+                return fd
+
+    @contextlib.contextmanager
+    def hold(self, key: str | None) -> Iterator[None]:
+        """Keep the writers' lock for a block (re-entrant on a thread): other writers, of
+        any thread or process, wait until it ends. Each write inside is still its own
+        transaction, committed when it ends. :class:`LockTimeoutError` after ``lock_timeout``."""
+        self.conn()
+        local = self._local
+        if local.reading or local.depth:
+            raise RuntimeError("lock() cannot start inside a read or a write of the same thread")
+        if local.holding:
+            local.holding += 1
+            try:
+                yield
+            finally:
+                local.holding -= 1
+            return
+        fd = self._take(key)
+        local.holding = 1
+        try:
+            yield
+        finally:
+            local.holding = 0
+            _platform.unlock(fd)
 
     # -- transactions -------------------------------------------------------------------
     def _begin(self, conn: sqlite3.Connection, key: str | None) -> None:
@@ -160,11 +265,10 @@ class Database:
                                        holder_pid=None) from None
 
     @contextlib.contextmanager
-    def write(self, key: str | None, *, keep_on_error: bool = False) -> Iterator[sqlite3.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE``), committed when the block ends, rolled
-        back when it raises (``keep_on_error``: committed anyway, for :meth:`lock` blocks:
-        what the calls inside did stays done, as each of them committed). Nested on one
-        thread: a savepoint. Raises :class:`LockTimeoutError` after ``lock_timeout``."""
+    def write(self, key: str | None) -> Iterator[sqlite3.Connection]:
+        """A write transaction under the writers' lock (``BEGIN IMMEDIATE``), committed
+        when the block ends, rolled back when it raises. Nested on one thread: a
+        savepoint. Raises :class:`LockTimeoutError` after ``lock_timeout``."""
         conn = self.conn()
         local = self._local
         if local.reading:
@@ -193,25 +297,28 @@ class Database:
             finally:
                 local.depth -= 1
             return
-        self._begin(conn, key)
-        local.depth, local.aborted = 1, None
+        fd = None if local.holding else self._take(key)
         try:
-            with os_errors():
-                try:
-                    yield conn
-                except BaseException:
-                    if keep_on_error and conn.in_transaction and local.aborted is None:
-                        self._commit(conn)
-                    elif conn.in_transaction:
-                        conn.rollback()
-                    raise
-                if local.aborted is not None:  # what the block's calls did was lost with it: say so
-                    if conn.in_transaction:
-                        conn.rollback()
-                    raise _aborted(local.aborted)
-                self._commit(conn)
+            self._begin(conn, key)
+            local.depth, local.aborted = 1, None
+            try:
+                with os_errors():
+                    try:
+                        yield conn
+                    except BaseException:
+                        if conn.in_transaction:
+                            conn.rollback()
+                        raise
+                    if local.aborted is not None:  # what the nested calls did was lost with it: say so
+                        if conn.in_transaction:
+                            conn.rollback()
+                        raise _aborted(local.aborted)
+                    self._commit(conn)
+            finally:
+                local.depth, local.aborted = 0, None
         finally:
-            local.depth, local.aborted = 0, None
+            if fd is not None:
+                _platform.unlock(fd)
 
     @staticmethod
     def _commit(conn: sqlite3.Connection) -> None:

@@ -27,8 +27,9 @@ from .base import SessionRow, SqliteCore
 
 
 def _usable_id(message_id: object) -> bool:
-    """Whether ``message_id`` can name a stored message (a str SQLite can bind)."""
-    if not isinstance(message_id, str):
+    """Whether ``message_id`` can name a stored message (a non-empty str SQLite can bind:
+    "" never names one, also when a row edited by another tool has no id)."""
+    if not isinstance(message_id, str) or not message_id:
         return False
     try:
         message_id.encode("utf-8")
@@ -128,13 +129,15 @@ class HistoryMethods(SqliteCore):
         session, ValueError for a negative ``limit`` / ``offset``. A row that does not
         parse is skipped (logged), so concatenated windows equal :meth:`load`.
         Cost: O(log n + window)."""
+        validate_key(key)  # the key first, as every backend checks it
         check_window(limit, offset)
-        validate_key(key)
         with self._db.read() as c:
             s = self._existing(c, key)
-            if limit == 0:
+            if limit == 0 or offset >= s.count:
                 return []
-            data = self._rows(c, s.id, offset, None if limit is None else offset + limit)
+            # clamped to the count: SQLite binds no int past 2**63 - 1 (any size is list slicing)
+            stop = None if limit is None or limit >= s.count - offset else offset + limit
+            data = self._rows(c, s.id, offset, stop)
         return rows.decode_rows(data, key=key, path=self._path, strict=False)
 
     # -- pages -------------------------------------------------------------------------------
@@ -157,8 +160,8 @@ class HistoryMethods(SqliteCore):
         :class:`SessionNotFoundError`, :class:`MessageNotFoundError` (unknown cursor),
         ValueError (``limit < 1``, both cursors). One read transaction. Cost: O(log n) to
         find a cursor plus O(page) rows (``ts_before`` reads the rows it skips)."""
-        check_page_arguments(limit, before, after, ts_before)
         validate_key(key)
+        check_page_arguments(limit, before, after, ts_before)
         reading = Reading(ts_before)
         with self._db.read() as c:
             s = self._existing(c, key)

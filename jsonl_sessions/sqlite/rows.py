@@ -28,6 +28,17 @@ log = logging.getLogger("jsonl_sessions")
 
 
 # -- messages -----------------------------------------------------------------------
+#: The largest value of SQLite's INTEGER (signed 64 bits).
+MAX_INTEGER = 2**63 - 1
+
+
+def created_column(created_at: int | None) -> int | None:
+    """The ``created_at`` index column of a message created at ``created_at``: the value,
+    clamped to :data:`MAX_INTEGER` (the codec writes ints up to 2**64 - 1, SQLite stores
+    signed 64 bits). The line keeps the exact value; the clamp keeps the order."""
+    return created_at if created_at is None or created_at <= MAX_INTEGER else MAX_INTEGER
+
+
 def index_of(line: bytes) -> tuple[str | None, int | None, str | None, str | None]:
     """The index columns of a line: ``(id, created_at, role, kind)``; all None when the line
     is not a message record (a corrupt row keeps its bytes and is found by its seq)."""
@@ -35,7 +46,8 @@ def index_of(line: bytes) -> tuple[str | None, int | None, str | None, str | Non
         record = codec.decode_record(line)
     except ValueError:
         return None, None, None, None
-    return record.get("id") or "", record.get("created_at"), record["role"], record.get("kind") or "message"
+    return (record.get("id") or "", created_column(record.get("created_at")), record["role"],
+            record.get("kind") or "message")
 
 
 def decode(line: bytes) -> ChatMessage:

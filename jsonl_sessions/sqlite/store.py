@@ -42,9 +42,11 @@ class SqliteSessionStore(HistoryMethods, MetadataMethods):
       I/O error. ``durability="fsync"`` (``synchronous=FULL``): durable when it returns;
       ``"flush"`` (``synchronous=NORMAL``): survives a process crash, the last commits
       may be lost on a power loss.
-    - Writers serialise on SQLite's write lock (``BEGIN IMMEDIATE``, waited for up to
-      ``lock_timeout`` seconds, then :class:`LockTimeoutError`): one lock for the whole
-      file, where the JSONL backend has one per session.
+    - Writers serialise on the file's writers' lock (an ``flock`` on ``<path>-lock``,
+      then ``BEGIN IMMEDIATE``; waited for up to ``lock_timeout`` seconds, then
+      :class:`LockTimeoutError`): one lock for the whole file, where the JSONL backend
+      has one per session. :meth:`lock` keeps other writers out for a block whose calls
+      still commit one by one.
     - Messages are stored as the exact JSON lines the JSONL backend writes, so an export
       is byte-identical; counts, id lookups, windows and pages use indexes (O(1) /
       O(log n) / O(log n + page), flat in the session's length).

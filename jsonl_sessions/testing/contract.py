@@ -30,7 +30,9 @@ it, as fsspec's and zarr's abstract suites do):
 
 - ``damage``: an object with ``raw(key) -> bytes`` and ``append_raw(key, data)`` that
   reads and appends the stored bytes of a session's transcript, for the corruption and
-  torn-tail contract (:class:`JsonlFileDamage` does it for the JSONL file layout).
+  torn-tail contract (:class:`JsonlFileDamage` does it for the JSONL file layout); with
+  ``rewrite_raw(key, data)`` too (the same lines edited, as another tool would, behind
+  the store's bookkeeping), the error offsets are checked after such edits.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -45,6 +48,7 @@ import pytest
 from ..errors import (
     CorruptTranscriptError,
     DuplicateMessageError,
+    InvalidArgumentError,
     InvalidMessageError,
     InvalidSessionKeyError,
     MessageNotFoundError,
@@ -86,6 +90,9 @@ BAD_MESSAGES: dict[str, tuple[Any, type[Exception]]] = {
     "NaN content": ({"role": "user", "content": [math.nan]}, SerializationError),
     "infinite content": ({"role": "user", "content": {"x": -math.inf}}, SerializationError),
     "int beyond 64 bits": ({"role": "user", "content": 2**70}, SerializationError),
+    "created_at beyond 64 bits": ({"role": "user", "created_at": 2**64}, SerializationError),
+    "created_at below -2**63": ({"role": "user", "created_at": -(2**63) - 1}, SerializationError),
+    "created_at a bool": ({"role": "user", "created_at": True}, InvalidMessageError),
     "non-string object key": ({"role": "user", "content": {1: "x"}}, SerializationError),
     "non-JSON extra": ({"role": "user", "tool_calls": object()}, SerializationError),
 }
@@ -116,32 +123,32 @@ def run_case(store: SessionBackend, case: Case, key: str = KEY) -> Any:
 #: Invalid metadata values: (method, arguments, exception type).
 BAD_METADATA: dict[str, Case] = {
     "name not a string": ("set_session_name", {"name": 5}, TypeError),
-    "name with a lone surrogate": ("set_session_name", {"name": "x\ud800"}, ValueError),
+    "name with a lone surrogate": ("set_session_name", {"name": "x\ud800"}, InvalidArgumentError),
     "alias None": ("set_session_agent_alias", {"agent_alias": None}, TypeError),
     "context a list": ("set_session_context", {"context": [("a", "b")]}, TypeError),
     "context value not a string": ("set_session_context", {"context": {"a": 1}}, TypeError),
     "context key not a string": ("set_session_context", {"context": {1: "a"}}, TypeError),
-    "principal empty": ("set_session_principal", {"principal_id": ""}, ValueError),
+    "principal empty": ("set_session_principal", {"principal_id": ""}, InvalidArgumentError),
     "principal not a string": ("set_session_principal", {"principal_id": 5}, TypeError),
-    "state unknown": ("set_session_state", {"state": "done"}, ValueError),
-    "state in capitals": ("set_session_state", {"state": "Running"}, ValueError),
-    "state None": ("set_session_state", {"state": None}, ValueError),
+    "state unknown": ("set_session_state", {"state": "done"}, InvalidArgumentError),
+    "state in capitals": ("set_session_state", {"state": "Running"}, InvalidArgumentError),
+    "state None": ("set_session_state", {"state": None}, InvalidArgumentError),
     "turn id not a string": ("set_session_state", {"turn_id": 5}, TypeError),
     "owner not a string": ("delete_session_owned", {"owner_principal_id": 5}, TypeError),
 }
 
 #: Invalid arguments of the listing / lifecycle methods: (method, arguments, exception type).
 BAD_LISTING: dict[str, Case] = {
-    "cleanup_stale negative": ("cleanup_stale", {"ttl_hours": -1}, ValueError),
-    "cleanup_stale NaN": ("cleanup_stale", {"ttl_hours": math.nan}, ValueError),
-    "cleanup_stale infinite": ("cleanup_stale", {"ttl_hours": math.inf}, ValueError),
+    "cleanup_stale negative": ("cleanup_stale", {"ttl_hours": -1}, InvalidArgumentError),
+    "cleanup_stale NaN": ("cleanup_stale", {"ttl_hours": math.nan}, InvalidArgumentError),
+    "cleanup_stale infinite": ("cleanup_stale", {"ttl_hours": math.inf}, InvalidArgumentError),
     "cleanup_stale string": ("cleanup_stale", {"ttl_hours": "1"}, TypeError),
     "cleanup_stale bool": ("cleanup_stale", {"ttl_hours": True}, TypeError),
-    "list_stuck_sessions negative": ("list_stuck_sessions", {"threshold_secs": -5}, ValueError),
+    "list_stuck_sessions negative": ("list_stuck_sessions", {"threshold_secs": -5}, InvalidArgumentError),
     "list_stuck_sessions string": ("list_stuck_sessions", {"threshold_secs": "5"}, TypeError),
     "search not a query": ("search", {"query": "alpha"}, TypeError),
     "search keyword not a string": ("search", {"query": SessionQuery(5)}, TypeError),  # type: ignore[arg-type]
-    "search negative limit": ("search", {"query": SessionQuery("a", limit=-1)}, ValueError),
+    "search negative limit": ("search", {"query": SessionQuery("a", limit=-1)}, InvalidArgumentError),
     "search alias not a string": ("search", {"query": SessionQuery("a", agent_alias=3)}, TypeError),  # type: ignore[arg-type]
     "count_agent_attribution None": ("count_agent_attribution", {"agent_alias": None}, TypeError),
     "rename_agent_attribution None": ("rename_agent_attribution", {"old_alias": None}, TypeError),
@@ -151,17 +158,20 @@ BAD_LISTING: dict[str, Case] = {
 
 #: Invalid arguments of the history reads: (method, arguments, exception type).
 BAD_READS: dict[str, Case] = {
-    "get_messages negative limit": ("get_messages", {"limit": -1}, ValueError),
-    "get_messages negative offset": ("get_messages", {"offset": -1}, ValueError),
-    "get_messages string offset": ("get_messages", {"offset": "1"}, ValueError),
-    "page limit 0": ("page", {"limit": 0}, ValueError),
-    "page negative limit": ("page", {"limit": -3}, ValueError),
-    "page string limit": ("page", {"limit": "3"}, ValueError),
+    "get_messages negative limit": ("get_messages", {"limit": -1}, InvalidArgumentError),
+    "get_messages negative offset": ("get_messages", {"offset": -1}, InvalidArgumentError),
+    "get_messages string offset": ("get_messages", {"offset": "1"}, InvalidArgumentError),
+    "page limit 0": ("page", {"limit": 0}, InvalidArgumentError),
+    "page negative limit": ("page", {"limit": -3}, InvalidArgumentError),
+    "page string limit": ("page", {"limit": "3"}, InvalidArgumentError),
     "page both cursors": ("page", {"before": From(lambda s, k: s.load(k)[-1].id),
-                                   "after": From(lambda s, k: s.load(k)[0].id)}, ValueError),
-    "page float ts_before": ("page", {"ts_before": 1.5}, ValueError),
+                                   "after": From(lambda s, k: s.load(k)[0].id)}, InvalidArgumentError),
+    "page float ts_before": ("page", {"ts_before": 1.5}, InvalidArgumentError),
     "page unknown before": ("page", {"before": "0" * 26}, MessageNotFoundError),
     "page unknown after": ("page", {"after": "7" + "Z" * 25}, MessageNotFoundError),
+    "page empty before": ("page", {"before": ""}, MessageNotFoundError),
+    "page bool limit": ("page", {"limit": True}, InvalidArgumentError),
+    "get_messages bool offset": ("get_messages", {"offset": False}, InvalidArgumentError),
     "truncate unknown id": ("truncate_messages", {"up_to_message_id": "0" * 26}, MessageNotFoundError),
     "fork at an unknown id": ("copy_messages", {"source": KEY, "target": "fork", "up_to_message_id": "0" * 26},
                               MessageNotFoundError),
@@ -344,6 +354,69 @@ class SessionStoreContract:
             _raises(bad[2], case, run_case, seeded, bad)
             self._unchanged(seeded, before, case)
 
+    def test_the_key_is_checked_first(self, seeded: SessionBackend) -> None:
+        """An invalid key with other bad arguments: InvalidSessionKeyError, whichever backend."""
+        for bad_key in INVALID_KEYS:
+            _raises(InvalidSessionKeyError, "get_messages", lambda k: seeded.get_messages(k, offset=-1), bad_key)
+            _raises(InvalidSessionKeyError, "page", lambda k: seeded.page(k, limit=0, before="x", after="y"), bad_key)
+
+    def test_windows_far_past_the_end(self, seeded: SessionBackend) -> None:
+        """``get_messages`` offsets and limits of any size (also past 64 bits) are list
+        slicing: past the end ``[]``, a huge limit everything from ``offset``; ``page``
+        with a huge limit is every message."""
+        msgs = [m.to_dict() for m in seeded.load(KEY)]
+        for offset, limit in [(2**63, None), (2**63 - 1, 1), (2**64, 5), (1, 2**63), (0, 2**63 - 1), (2, 2**64),
+                              (2**63 - 1, 2**63 - 1), (10**30, None), (0, 10**30)]:
+            got = [m.to_dict() for m in seeded.get_messages(KEY, offset=offset, limit=limit)]
+            want = msgs[offset:] if limit is None else msgs[offset:offset + limit]
+            assert got == want, f"get_messages(offset={offset}, limit={limit})"
+        for limit in (2**63 - 1, 2**63, 2**64, 10**30):
+            page = seeded.page(KEY, limit=limit)
+            assert [m.to_dict() for m in page.messages] == msgs and not page.has_more, f"page(limit={limit})"
+            page = seeded.page(KEY, limit=limit, after="")
+            assert [m.to_dict() for m in page.messages] == msgs and not page.has_more, f"page(limit={limit}, after='')"
+
+    def test_page_cursors(self, seeded: SessionBackend) -> None:
+        """``after=""`` pages from the first message; ``before=""`` names no message
+        (MessageNotFoundError, as an unknown id does for either cursor)."""
+        msgs = [m.to_dict() for m in seeded.load(KEY)]
+        page = seeded.page(KEY, limit=2, after="")
+        assert [m.to_dict() for m in page.messages] == msgs[:2] and page.has_more and page.before is None
+        assert page.after == msgs[1]["id"]
+        cursors: list[dict[str, Any]] = [{"before": ""}, {"before": "0" * 26}, {"after": "0" * 26}, {"before": "x"},
+                                         {"after": "x"}]
+        for cursor in cursors:
+            exc = _raises(MessageNotFoundError, f"page({cursor})", lambda s, c: s.page(KEY, **c), seeded, cursor)
+            assert isinstance(exc, ValueError)
+
+    # -- values at the edges ------------------------------------------------------------
+    def test_created_at_edges_are_kept_exactly(self, seeded: SessionBackend) -> None:
+        """Every ``created_at`` the codec can write (the 64-bit range, -2**63 .. 2**64-1)
+        is stored and read back exactly, by every writer."""
+        edges = [0, -1, -(2**63), 2**63 - 1, 2**63, 2**64 - 1]
+        ids = seeded.append_many("edges", [{"role": "user", "content": str(v), "created_at": v} for v in edges])
+        assert [m.created_at for m in seeded.load("edges")] == edges
+        assert [m.created_at for m in seeded.get_messages("edges", offset=3)] == edges[3:]
+        assert [m.created_at for m in seeded.page("edges", limit=2).messages] == edges[-2:]
+        got = seeded.get_message("edges", ids[-1])
+        assert got is not None and got.created_at == 2**64 - 1
+        stamped = seeded.load_with_timestamps("edges")  # beyond a datetime's years 1 to 9999: None
+        assert [t.created_at for t in stamped] == [datetime(1970, 1, 1, tzinfo=timezone.utc),
+                                                   datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc),
+                                                   None, None, None, None]
+        assert seeded.append("edges", {"role": "user", "content": "one", "created_at": 2**63 + 1})
+        assert seeded.update_last("edges", {"role": "user", "content": "new", "created_at": 2**64 - 2}) is True
+        assert seeded.load("edges")[-1].created_at == 2**64 - 2
+        assert seeded.copy_messages("edges", "edges copy") == seeded.load("edges")[-1].id
+        assert [m.created_at for m in seeded.load("edges copy")] == edges + [2**64 - 2]
+        seeded.rewrite_messages("edges", [{"role": "user", "content": "r", "created_at": 2**63}])
+        seeded.replace_conversation_state("edges copy", [{"role": "user", "created_at": 2**64 - 1}], True)
+        assert [m.created_at for m in seeded.load("edges")] == [2**63]
+        assert [m.created_at for m in seeded.load("edges copy")] == [2**64 - 1]
+        assert seeded.page("edges copy", ts_before=2**64).messages[0].created_at == 2**64 - 1
+        assert seeded.page("edges copy", ts_before=2**64 - 1).messages == []
+        assert seeded.remove_last("edges copy") is True
+
     # -- metadata -----------------------------------------------------------------------
     def test_bad_metadata_value_is_refused(self, seeded: SessionBackend) -> None:
         """Each of :data:`BAD_METADATA`: its error, nothing changed."""
@@ -441,6 +514,34 @@ class SessionStoreContract:
             else:
                 seeded.update_last(KEY, {"role": "user", "content": "x"})
         assert info.value.offset == raw.rindex(b"not json")
+        assert damage.raw(KEY) == raw
+
+    @pytest.mark.parametrize("method", ["remove_last", "update_last", "try_load", "truncate_messages", "compact"])
+    def test_offsets_count_lines_edited_behind_the_store(self, seeded: SessionBackend, damage: Any,
+                                                         method: str) -> None:
+        """Another tool lengthens the first line and makes the last one corrupt: the error
+        names the corrupt line at its true byte offset in the stored bytes as they are
+        now, and nothing changes."""
+        damage = self._damage(damage)
+        if not hasattr(damage, "rewrite_raw"):
+            pytest.skip("the backend's `damage` capability cannot edit stored lines")
+        ids = [m.id for m in seeded.load(KEY)]
+        lines = damage.raw(KEY).split(b"\n")[:-1]
+        lines[0] = lines[0].replace(b'"be brief"', b'"be brief, and this was edited by another tool"')
+        lines[-1] = b"not json, written over the last line"
+        damage.rewrite_raw(KEY, b"".join(line + b"\n" for line in lines))
+        raw = damage.raw(KEY)
+        assert seeded.load(KEY)[0].content == "be brief, and this was edited by another tool"
+        calls: dict[str, Callable[[], Any]] = {
+            "remove_last": lambda: seeded.remove_last(KEY),
+            "update_last": lambda: seeded.update_last(KEY, {"role": "user", "content": "x"}),
+            "try_load": lambda: seeded.try_load(KEY),
+            "truncate_messages": lambda: seeded.truncate_messages(KEY, ids[0]),
+            "compact": lambda: seeded.compact(KEY),
+        }
+        with pytest.raises(CorruptTranscriptError) as info:
+            calls[method]()
+        assert (info.value.line, info.value.offset) == (3, raw.rindex(b"not json")), info.value
         assert damage.raw(KEY) == raw
 
     def test_torn_tail_is_not_a_message_nor_an_error(self, seeded: SessionBackend, damage: Any) -> None:

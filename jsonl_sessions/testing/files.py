@@ -5,8 +5,8 @@ control files and ``*.quarantine-*.jsonl.bak`` files kept by a repair.
 :class:`JsonlFileDamage` reaches under a store's API the way another tool (or a crash,
 or time) would: read and append a transcript's bytes, set its files' modification times,
 and check that the directory holds nothing but the store's own files. The contract mixin
-uses :meth:`~JsonlFileDamage.raw` and :meth:`~JsonlFileDamage.append_raw` (its ``damage``
-capability); the state machine uses all of it (its ``storage`` capability).
+uses :meth:`~JsonlFileDamage.raw`, :meth:`~JsonlFileDamage.append_raw` and
+:meth:`~JsonlFileDamage.rewrite_raw` (its ``damage`` capability); the state machine uses all of it (its ``storage`` capability).
 """
 
 from __future__ import annotations
@@ -42,6 +42,12 @@ class JsonlFileDamage:
         """Append bytes to the transcript under the session's guard, as a polite other tool would."""
         with self.store.lock(key), open(self.path(key), "ab") as f:
             f.write(data)
+
+    def rewrite_raw(self, key: str, data: bytes) -> None:
+        """Replace the transcript's bytes in place (same file), as a tool editing its lines would."""
+        with self.store.lock(key), open(self.path(key), "r+b") as f:
+            f.write(data)
+            f.truncate()
 
     def _files(self, key: str) -> list[str]:
         return [p for p in (self.path(key), self.path(key, SIDECAR)) if os.path.exists(p)]

@@ -34,12 +34,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .. import codec, ids
 from ..assign import assign_ids
-from ..errors import InvalidMessageError, LockTimeoutError
+from ..errors import InvalidArgumentError, InvalidMessageError, LockTimeoutError
 from ..keys import validate_key
 from ..protocol import SessionBackend
 from ..rules import check_context, check_number, check_options, check_state, check_text
@@ -54,6 +54,7 @@ from ..types import (
     SessionState,
     TimestampedMessage,
     as_message,
+    datetime_of_ms,
 )
 from .reference import EPOCH, ReferenceStore, SessionModel
 
@@ -166,9 +167,7 @@ class MemorySessionStore:
         return self.load(key)
 
     def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
-        return [TimestampedMessage(m, None if m.created_at is None else
-                                   datetime.fromtimestamp(m.created_at / 1000, tz=timezone.utc))
-                for m in self.load(key)]
+        return [TimestampedMessage(m, datetime_of_ms(m.created_at)) for m in self.load(key)]
 
     def session_exists(self, key: str) -> bool:
         with self._read(key) as s:
@@ -415,7 +414,7 @@ class MemorySessionStore:
         keyword = check_text("keyword", query.keyword)
         limit = query.limit
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit must be None or an int >= 0, not {limit!r}")
+            raise InvalidArgumentError(argument="limit", reason=f"limit must be None or an int >= 0, not {limit!r}")
         alias = None if query.agent_alias is None else check_text("agent_alias", query.agent_alias)
         with self._model:
             return [self._metadata(k, self._ref.sessions[k])

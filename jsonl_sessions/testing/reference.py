@@ -27,12 +27,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..errors import (
+    InvalidArgumentError,
     MessageNotFoundError,
     SessionExistsError,
     SessionNotFoundError,
 )
 from ..pagewalk import TURN_SEARCH_LINES
-from ..rules import check_page_arguments
+from ..rules import check_page_arguments, check_window
 from ..types import ChatMessage, Page, SessionMetadata, SessionState
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -76,8 +77,9 @@ def page(msgs: list[ChatMessage], *, limit: int = 100, before: str | None = None
     """
     check_page_arguments(limit, before, after, ts_before)
     ids_ = [m.id for m in msgs]
-    for cursor in (before, after):
-        if cursor and cursor not in ids_:
+    # after="" means "from the first"; before="" names no message, as any id not stored
+    for cursor in (before, after or None):
+        if cursor is not None and (not cursor or cursor not in ids_):
             raise MessageNotFoundError(message_id=cursor)
 
     def ok(i: int) -> bool:
@@ -247,10 +249,7 @@ class ReferenceStore:
         return None if s is None else next((m for m in s.messages if m.id == message_id), None)
 
     def get_messages(self, key: str, *, limit: int | None = None, offset: int = 0) -> list[ChatMessage]:
-        if limit is not None and (type(limit) is not int or limit < 0):
-            raise ValueError(f"limit must be None or an int >= 0, not {limit!r}")
-        if type(offset) is not int or offset < 0:
-            raise ValueError(f"offset must be an int >= 0, not {offset!r}")
+        check_window(limit, offset)
         msgs = self.session(key).messages
         return msgs[offset:] if limit is None else msgs[offset : offset + limit]
 
@@ -365,7 +364,7 @@ class ReferenceStore:
         """Set the run state; ``idle`` drops the turn. ``since`` becomes ``now`` when the
         (state, turn) pair changes or was never set."""
         if state not in STATES:
-            raise ValueError(f"state must be one of {sorted(STATES)}, not {state!r}")
+            raise InvalidArgumentError(argument="state", reason=f"state must be one of {sorted(STATES)}, not {state!r}")
         s = self.session(key)
         turn = None if state == "idle" else turn_id
         if (s.state, s.turn) != (state, turn) or s.since is None:
