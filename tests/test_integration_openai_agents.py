@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -37,7 +38,7 @@ from _child import child_env
 pytest.importorskip("agents")  # only a guard: the test extra installs openai-agents, so CI runs this file
 
 from agents import Agent, RunConfig, Runner, function_tool
-from agents.memory import Session, SessionSettings
+from agents.memory import Session, SessionSettings, SQLiteSession
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from jsonl_sessions import (
@@ -201,6 +202,29 @@ def test_session_settings_limit_is_the_default(root: pathlib.Path) -> None:
     run(main())
     with pytest.raises(TypeError):
         JsonlSession(KEY, root, session_settings=3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("settings", [
+    {"limt": 2},  # a typo
+    {"limit": 2, "turn_limit": 1},
+    {"limit": "3"},  # coerced by pydantic, as the SDK does
+    {"limit": "x"},
+    {},
+    3,
+    MappingProxyType({"limit": 2}),  # a mapping that is not a dict
+    SessionSettings(limit=4),
+], ids=repr)
+def test_session_settings_are_checked_as_the_sdk_sessions_check_them(root: pathlib.Path, settings: Any) -> None:
+    def outcome(make: Callable[[], Any]) -> tuple[str, Any]:
+        try:
+            return "ok", make().session_settings
+        except (TypeError, ValueError) as exc:  # the SDK's own error, type and message, is the reference
+            return type(exc).__name__, str(exc)
+
+    expected = outcome(lambda: SQLiteSession("s", session_settings=settings))
+    assert outcome(lambda: JsonlSession(KEY, root, session_settings=settings)) == expected
+    if expected[0] != "ok":
+        assert not root.exists()  # a refused session created nothing
 
 
 def test_limit_reads_a_page_from_the_end_not_the_whole_file(session: JsonlSession,

@@ -62,14 +62,27 @@ def message_to_item(message: ChatMessage) -> TResponseInputItem:
     return cast("TResponseInputItem", responses.message_to_item(message))
 
 
-def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings:
-    if value is None:
-        return SessionSettings()
-    if isinstance(value, SessionSettings):
-        return value
-    if isinstance(value, Mapping):
+try:
+    from agents.memory.session_settings import coerce_session_settings as _coerce_settings
+except ImportError:  # pragma: no cover - openai-agents before it validated settings itself
+
+    def _coerce_settings(value: SessionSettings | dict[str, Any]) -> SessionSettings:
+        # The same rule as the SDK's coerce_session_settings (a typo is an error, not ignored).
+        if isinstance(value, SessionSettings):
+            return value
+        if not isinstance(value, dict):
+            raise TypeError(f"session must be a SessionSettings instance or a dict, got {type(value).__name__}")
+        unknown = sorted(str(name) for name in value if name not in SessionSettings.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"Unknown session settings: {', '.join(unknown)}")
         return SessionSettings(**value)
-    raise TypeError(f"session_settings must be a SessionSettings, a dict or None, not {type(value).__name__}")
+
+
+def _settings(value: SessionSettings | dict[str, Any] | None) -> SessionSettings:
+    # Exactly as the SDK's SQLiteSession: its own coercion, so an unknown key (a typo) or a
+    # value that is neither a SessionSettings nor a dict is a TypeError, a bad field value
+    # pydantic's ValidationError (a ValueError).
+    return SessionSettings() if value is None else _coerce_settings(value)
 
 
 class JsonlSession:
@@ -102,7 +115,7 @@ class JsonlSession:
         session_id: str,
         store: StoreLike = None,
         *,
-        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         **store_options: Any,
     ) -> None:
         self.session_id = validate_key(session_id)  # a bad key fails here, not at the first call
