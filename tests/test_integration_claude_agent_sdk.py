@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import itertools
 import json
 import os
 import pathlib
@@ -391,6 +392,26 @@ def test_sdk_materializes_a_session_for_resume_from_the_store(root: pathlib.Path
             await done.cleanup()
 
     run(main())
+
+
+def test_mtimes_strictly_increase_across_sessions_written_in_one_millisecond(root: pathlib.Path) -> None:
+    frozen = 1_900_000_000_000  # every write inside the same millisecond
+    calls = itertools.count()
+    store = JsonlSessionStore(root, durability="flush",
+                              clock=lambda: frozen if next(calls) < 40 else frozen - 5_000)  # then a step back
+    ids = [f"s{i:02}" for i in range(25)]
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        for n in range(2):  # a second round: appends to sessions that already have lines
+            for session_id in ids:
+                await store.append({"project_key": "proj", "session_id": session_id}, [user(f"{session_id}.{n}", "hi")])
+        return await store.list_sessions("proj"), await store.list_session_summaries("proj")
+
+    listed, summaries = run(main())
+    by_write = sorted(listed, key=lambda e: e["mtime"])
+    assert [e["session_id"] for e in by_write] == ids  # listing order is write order (the second round's)
+    assert [e["mtime"] for e in by_write] == list(range(frozen + 25, frozen + 50))  # strictly increasing
+    assert {s["session_id"]: s["mtime"] for s in summaries} == {e["session_id"]: e["mtime"] for e in listed}
 
 
 def test_a_summary_older_than_the_session_is_stale_for_the_sdk(root: pathlib.Path) -> None:

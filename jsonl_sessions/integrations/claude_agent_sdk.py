@@ -21,8 +21,9 @@ is one transcript line (see :mod:`jsonl_sessions.foreign.claude_code`), so ``sea
 it did not see) and writes the rest as one crash-atomic append under the session's
 guard, durable when it returns with ``durability="fsync"``; the session summary the SDK
 folds is kept in the session's sidecar. :mod:`jsonl_sessions.foreign.claude_sessions`
-states the guarantees and costs. Every method runs the store in a worker thread (anyio's, so asyncio and trio both work); a write
-whose caller is cancelled is awaited to its end before the cancellation is raised.
+states the guarantees and costs. Every method runs the store in a worker thread
+(anyio's, so asyncio and trio both work); a write whose caller is cancelled is awaited
+to its end before the cancellation is raised.
 
 Needs ``claude-agent-sdk``: ``pip install 'jsonl-sessions[claude-agent-sdk]'``.
 """
@@ -87,7 +88,7 @@ async def _write(fn: Callable[..., _T], *args: Any) -> _T:
 
 
 class JsonlSessionStore(SessionStore):
-    """``JsonlSessionStore(store=None, *, prefix="claude/", **store_options)``: Claude
+    """``JsonlSessionStore(store=None, *, prefix="claude/", clock=None, **store_options)``: Claude
     Agent SDK transcripts in a jsonl_sessions store.
 
     ``store``: any session backend (a :class:`~jsonl_sessions.SessionStore`...), an
@@ -98,14 +99,22 @@ class JsonlSessionStore(SessionStore):
     a store with other sessions). Any number of objects, coroutines, threads and
     processes may use one store at once.
 
+    ``mtime`` (in ``list_sessions`` and the summaries) is the append's time by ``clock``
+    (epoch milliseconds, default the wall clock) and strictly increases from one append
+    of this object to the next, whatever the session, as in the SDK's reference store:
+    an append within the same millisecond as the previous one (or after the clock stepped
+    back) gets the previous mtime plus one.
+
     Raises :class:`~jsonl_sessions.InvalidSessionKeyError` (a ValueError) for a key with
     an empty ``project_key``, ``session_id`` or ``subpath``; TypeError for an entry that
     is not a dict, :class:`~jsonl_sessions.SerializationError` (a TypeError) for one that
     is not JSON, with nothing written.
     """
 
-    def __init__(self, store: StoreLike = None, *, prefix: str = DEFAULT_PREFIX, **store_options: Any) -> None:
-        self._sessions = ClaudeSessions(open_store(store, store_options), prefix=prefix, fold=fold_session_summary)
+    def __init__(self, store: StoreLike = None, *, prefix: str = DEFAULT_PREFIX,
+                 clock: Callable[[], int] | None = None, **store_options: Any) -> None:
+        self._sessions = ClaudeSessions(open_store(store, store_options), prefix=prefix, fold=fold_session_summary,
+                                        clock=clock)
 
     @property
     def store(self) -> SessionBackend:
