@@ -472,8 +472,8 @@ def test_store_argument_forms(tmp_path: pathlib.Path, monkeypatch: pytest.Monkey
     backend = SessionStore(tmp_path / "a", durability="flush")
     assert JsonlSessionStore(backend).store is backend
     assert JsonlSessionStore(AsyncSessionStore(tmp_path / "b")).store.root == str(tmp_path / "b")
-    monkeypatch.chdir(tmp_path)
-    assert JsonlSessionStore().store.root == str(tmp_path / "sessions")
+    monkeypatch.setenv("JSONL_SESSIONS_ROOT", str(tmp_path / "default"))  # no store: the command line's
+    assert JsonlSessionStore().store.root == str(tmp_path / "default")
     with pytest.raises(TypeError):
         JsonlSessionStore(backend, durability="flush")
     custom = JsonlSessionStore(backend, prefix="cc:")

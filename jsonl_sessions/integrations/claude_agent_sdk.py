@@ -94,8 +94,8 @@ class JsonlSessionStore(SessionStore):
     ``store``: any session backend (a :class:`~jsonl_sessions.SessionStore`...), an
     :class:`~jsonl_sessions.AsyncSessionStore`, or
     the path of a store directory, opened with ``store_options`` (``durability``,
-    ``lock_timeout``...); None means the directory ``"sessions"`` in the working
-    directory. ``prefix`` starts the store key of every Claude session (so they can share
+    ``lock_timeout``...); None means the command line's store (``$JSONL_SESSIONS_ROOT``,
+    else the per-user data directory). ``prefix`` starts the store key of every Claude session (so they can share
     a store with other sessions). Any number of objects, coroutines, threads and
     processes may use one store at once.
 
