@@ -280,7 +280,7 @@ def test_imported_codex_items_read_back_exactly_through_the_agents_sdk_adapter(s
     from jsonl_sessions.integrations.openai_agents import JsonlSession
 
     import_codex(store, rollout(tmp_path))
-    items = asyncio.run(JsonlSession(f"codex/{CODEX_ID}", store).get_items())
+    items = asyncio.run(JsonlSession(CODEX_ID, store, key_prefix="codex/").get_items())
     summary = {"role": "user", "content": "The user listed files; a.py exists."}
     assert items == [USER_ITEM, REASONING, CALL, OUTPUT, ANSWER, summary]
 

@@ -100,9 +100,9 @@ def test_messages_round_trip_and_read_as_text(tmp_path: pathlib.Path) -> None:
     run(history.save_messages("s", said))
     got = run(history.get_messages("s"))
     assert [m.to_dict() for m in got] == [m.to_dict() for m in said]
-    lines = history.store.load("agent-framework:s")
+    lines = history.store.load("agent-framework/s")
     assert [(m.role, m.content) for m in lines] == [("user", "こんにちは 😊"), ("assistant", None), ("tool", None)]
-    history.store.append("agent-framework:s", {"role": "user", "content": "from elsewhere"})  # a line of other code
+    history.store.append("agent-framework/s", {"role": "user", "content": "from elsewhere"})  # a line of other code
     assert run(history.get_messages("s"))[-1].text == "from elsewhere"
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import itertools
 import json
 import os
 import pathlib
@@ -26,10 +27,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
 from _child import child_env
 
@@ -55,9 +58,11 @@ from jsonl_sessions import (
 from jsonl_sessions.foreign.claude_sessions import SUMMARY_CONTEXT
 from jsonl_sessions.integrations import claude_agent_sdk
 from jsonl_sessions.integrations.claude_agent_sdk import JsonlSessionStore
+from jsonl_sessions.testing import MemorySessionStore  # the whole backend contract, in memory
 
 SOAK = os.environ.get("JSONL_SESSIONS_SOAK") == "1"  # more SIGKILL trials, more model examples
 KEY: Any = {"project_key": "proj", "session_id": "0b1f7f3e-8a7a-4c1e-9d2b-2f6f0f6c1a11"}
+STORE_KEY = f"claude/proj/{KEY['session_id']}"
 
 
 def run(coro: Any) -> Any:
@@ -102,29 +107,73 @@ def root(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 # -- the SDK's conformance suite ---------------------------------------------------------------------
+# The SDK runs on anyio and its own tests run the store conformance under asyncio and trio.
+LOOPS = ["asyncio", "trio"]
+
+
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("durability", ["fsync", "flush"])
-def test_sdk_conformance_suite_passes(tmp_path: pathlib.Path, durability: str) -> None:
+def test_sdk_conformance_suite_passes(tmp_path: pathlib.Path, durability: str, loop: str) -> None:
     made = []
 
     def make_store() -> JsonlSessionStore:  # a fresh store for every contract, as the suite asks
         made.append(tmp_path / f"s{len(made)}")
         return JsonlSessionStore(made[-1], durability=durability)
 
-    run(run_session_store_conformance(make_store))
+    anyio.run(run_session_store_conformance, make_store, backend=loop)
     assert len(made) > 10  # every optional contract ran (none skipped for a missing method)
 
 
-def test_sdk_conformance_suite_passes_on_a_shared_async_store(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("loop", LOOPS)
+def test_sdk_conformance_suite_passes_on_a_shared_async_store(tmp_path: pathlib.Path, loop: str) -> None:
     async def make_store() -> JsonlSessionStore:
         return JsonlSessionStore(AsyncSessionStore(tmp_path / f"s{len(os.listdir(tmp_path))}", durability="flush"))
 
-    run(run_session_store_conformance(make_store))
+    anyio.run(run_session_store_conformance, make_store, backend=loop)
 
 
-def test_sdk_conformance_suite_passes_on_another_backend() -> None:
-    from jsonl_sessions.testing import MemorySessionStore  # the whole backend contract, in memory
+@pytest.mark.parametrize("loop", LOOPS)
+def test_sdk_conformance_suite_passes_on_another_backend(loop: str) -> None:
+    anyio.run(run_session_store_conformance, lambda: JsonlSessionStore(MemorySessionStore()), backend=loop)
 
-    run(run_session_store_conformance(lambda: JsonlSessionStore(MemorySessionStore())))
+
+class _HeldStore(MemorySessionStore):
+    """A backend whose ``append_many`` waits in the worker thread until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def append_many(self, key: str, messages: Any) -> list[str]:
+        self.entered.set()
+        self.release.wait(30)
+        return super().append_many(key, messages)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_cancelled_append_still_completes_before_the_cancellation(loop: str) -> None:
+    backend = _HeldStore()
+    store = JsonlSessionStore(backend)
+    outcome: list[str] = []
+
+    async def append() -> None:
+        try:
+            await store.append(KEY, TRANSCRIPT)
+        except anyio.get_cancelled_exc_class():
+            outcome.append(f"cancelled after the write: {backend.session_exists(STORE_KEY)}")
+            raise
+        outcome.append("returned")
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(append)
+            await anyio.to_thread.run_sync(backend.entered.wait, abandon_on_cancel=True)  # the write runs
+            tasks.cancel_scope.cancel()
+            backend.release.set()
+        assert await store.load(KEY) == TRANSCRIPT  # known outcome: written whole
+
+    anyio.run(main, backend=loop)
+    assert outcome == ["cancelled after the write: True"]
 
 
 # -- mapping -------------------------------------------------------------------------------------------
@@ -345,6 +394,26 @@ def test_sdk_materializes_a_session_for_resume_from_the_store(root: pathlib.Path
     run(main())
 
 
+def test_mtimes_strictly_increase_across_sessions_written_in_one_millisecond(root: pathlib.Path) -> None:
+    frozen = 1_900_000_000_000  # every write inside the same millisecond
+    calls = itertools.count()
+    store = JsonlSessionStore(root, durability="flush",
+                              clock=lambda: frozen if next(calls) < 40 else frozen - 5_000)  # then a step back
+    ids = [f"s{i:02}" for i in range(25)]
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        for n in range(2):  # a second round: appends to sessions that already have lines
+            for session_id in ids:
+                await store.append({"project_key": "proj", "session_id": session_id}, [user(f"{session_id}.{n}", "hi")])
+        return await store.list_sessions("proj"), await store.list_session_summaries("proj")
+
+    listed, summaries = run(main())
+    by_write = sorted(listed, key=lambda e: e["mtime"])
+    assert [e["session_id"] for e in by_write] == ids  # listing order is write order (the second round's)
+    assert [e["mtime"] for e in by_write] == list(range(frozen + 25, frozen + 50))  # strictly increasing
+    assert {s["session_id"]: s["mtime"] for s in summaries} == {e["session_id"]: e["mtime"] for e in listed}
+
+
 def test_a_summary_older_than_the_session_is_stale_for_the_sdk(root: pathlib.Path) -> None:
     from jsonl_sessions.foreign.claude_code import ClaudeKey
     from jsonl_sessions.foreign.claude_sessions import ClaudeSessions
@@ -403,8 +472,8 @@ def test_store_argument_forms(tmp_path: pathlib.Path, monkeypatch: pytest.Monkey
     backend = SessionStore(tmp_path / "a", durability="flush")
     assert JsonlSessionStore(backend).store is backend
     assert JsonlSessionStore(AsyncSessionStore(tmp_path / "b")).store.root == str(tmp_path / "b")
-    monkeypatch.chdir(tmp_path)
-    assert JsonlSessionStore().store.root == str(tmp_path / "sessions")
+    monkeypatch.setenv("JSONL_SESSIONS_ROOT", str(tmp_path / "default"))  # no store: the command line's
+    assert JsonlSessionStore().store.root == str(tmp_path / "default")
     with pytest.raises(TypeError):
         JsonlSessionStore(backend, durability="flush")
     custom = JsonlSessionStore(backend, prefix="cc:")

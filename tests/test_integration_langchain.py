@@ -54,8 +54,11 @@ from jsonl_sessions import (
 from jsonl_sessions import ChatMessage as StoreMessage
 from jsonl_sessions.integrations import langchain as adapter
 from jsonl_sessions.integrations.langchain import JsonlChatMessageHistory
+from jsonl_sessions.keys import key_to_stem
 
 KEY = "chat"
+STORE_KEY = f"langchain/{KEY}"  # the history's key in the store: the framework's namespace, then the id
+FILE = f"{key_to_stem(STORE_KEY)}.jsonl"
 
 
 def run(coro: Any) -> Any:
@@ -113,7 +116,7 @@ def test_add_read_clear(history: JsonlChatMessageHistory) -> None:
                                                                ("ai", "sure")]
     history.clear()
     assert history.messages == []
-    assert history.store.session_exists(KEY)  # cleared, not deleted: the metadata stays
+    assert history.store.session_exists(STORE_KEY)  # cleared, not deleted: the metadata stays
     history.add_messages([])
     assert history.messages == []
 
@@ -152,19 +155,19 @@ def test_every_message_type_and_field_round_trips(root: pathlib.Path) -> None:
 def test_transcript_lines_are_readable_and_searchable(root: pathlib.Path) -> None:
     store = SessionStore(root, durability="flush")
     JsonlChatMessageHistory(KEY, store).add_messages(MESSAGES)
-    lines = store.try_load(KEY)
+    lines = store.try_load(STORE_KEY)
     assert [m.role for m in lines] == ["system", "user", "user", "assistant", "tool", "tool", "function", "assistant",
                                        "critic", "assistant"]
     assert lines[1].content == "What is 2 + 3? こんにちは 😊"
     assert lines[3].extra["langchain"]["type"] == "ai"
     assert lines[3].extra["langchain"]["data"]["tool_calls"][0]["id"] == "call_1"
     assert all("content" not in m.extra["langchain"]["data"] for m in lines)  # stored once, as the line's content
-    assert [s.key for s in store.search(SessionQuery("answer is 5"))] == [KEY]
+    assert [s.key for s in store.search(SessionQuery("answer is 5"))] == [STORE_KEY]
 
 
 def test_lines_written_by_other_code_read_by_role(history: JsonlChatMessageHistory) -> None:
     store = history.store
-    store.append_many(KEY, [
+    store.append_many(STORE_KEY, [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "u"},
         {"role": "assistant", "content": None},
@@ -192,9 +195,9 @@ def test_store_argument_forms(tmp_path: pathlib.Path, monkeypatch: pytest.Monkey
     assert JsonlChatMessageHistory(KEY, store).store is store
     assert JsonlChatMessageHistory(KEY, AsyncSessionStore.wrapping(store)).store is store
     assert JsonlChatMessageHistory(KEY, tmp_path / "b", durability="flush").store.durability == "flush"
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JSONL_SESSIONS_ROOT", str(tmp_path / "default"))  # no store: the command line's
     JsonlChatMessageHistory(KEY).add_messages([HumanMessage("x")])
-    assert os.path.isfile(tmp_path / "sessions" / f"{KEY}.jsonl")
+    assert os.path.isfile(tmp_path / "default" / FILE)
     with pytest.raises(TypeError):
         JsonlChatMessageHistory(KEY, store, lock_timeout=1.0)
     with pytest.raises(InvalidSessionKeyError):
@@ -203,7 +206,7 @@ def test_store_argument_forms(tmp_path: pathlib.Path, monkeypatch: pytest.Monkey
 
 def test_corrupt_lines_are_skipped_by_reads_and_refused_by_clear(history: JsonlChatMessageHistory) -> None:
     history.add_messages([HumanMessage("a")])
-    path = pathlib.Path(history.store.root) / f"{KEY}.jsonl"
+    path = pathlib.Path(history.store.root) / FILE
     with open(path, "ab") as f:
         f.write(b"[1, 2]\n")
     history.add_messages([AIMessage("b")])

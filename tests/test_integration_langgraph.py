@@ -215,7 +215,7 @@ def test_values_the_serializer_cannot_encode_raise_and_write_nothing(tmp_path: p
                      channel_versions={"a": "1"}, versions_seen={}, updated_channels=None)
     with pytest.raises(SerializationError, match="object"):
         saver.put(config, bad, {}, {"a": "1"})
-    assert not saver.store.session_exists("langgraph:t")  # nothing created
+    assert not saver.store.session_exists("langgraph/t")  # nothing created
 
     good = Checkpoint(v=1, id=str(uuid6(clock_seq=-1)), ts="", channel_values={"a": 1},
                       channel_versions={"a": "1"}, versions_seen={}, updated_channels=None)

@@ -99,9 +99,9 @@ def test_messages_round_trip_exactly_and_read_as_text(chats: JsonlChatStore) -> 
     plain = ChatMessage(role="assistant", content="こんにちは 😊")
     chats.set_messages("k", [rich, plain])
     assert chats.get_messages("k") == [rich, plain]
-    lines = chats.store.load("llamaindex:k")
+    lines = chats.store.load("llamaindex/k")
     assert [(m.role, m.content) for m in lines] == [("user", "look at this"), ("assistant", "こんにちは 😊")]
-    chats.store.append("llamaindex:k", {"role": "user", "content": "from elsewhere"})  # a line of other code
+    chats.store.append("llamaindex/k", {"role": "user", "content": "from elsewhere"})  # a line of other code
     assert chats.get_messages("k")[-1] == ChatMessage(role="user", content="from elsewhere")
 
 
@@ -133,9 +133,9 @@ def test_chat_memory_buffer_keeps_the_conversation(tmp_path: pathlib.Path) -> No
 def test_insert_keeps_earlier_ids_and_orders_the_rest(chats: JsonlChatStore) -> None:
     for n in range(3):
         chats.add_message("k", ChatMessage(role="user", content=str(n)))
-    before = chats.store.load("llamaindex:k")
+    before = chats.store.load("llamaindex/k")
     chats.add_message("k", ChatMessage(role="user", content="new"), idx=1)
-    after = chats.store.load("llamaindex:k")
+    after = chats.store.load("llamaindex/k")
     assert [m.content for m in after] == ["0", "new", "1", "2"]
     assert after[0] == before[0]  # untouched: same id and time
     assert [m.id for m in after] == sorted(m.id for m in after)  # ids still increase through the file

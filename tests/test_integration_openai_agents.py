@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -37,7 +38,7 @@ from _child import child_env
 pytest.importorskip("agents")  # only a guard: the test extra installs openai-agents, so CI runs this file
 
 from agents import Agent, RunConfig, Runner, function_tool
-from agents.memory import Session, SessionSettings
+from agents.memory import Session, SessionSettings, SQLiteSession
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from jsonl_sessions import (
@@ -52,8 +53,11 @@ from jsonl_sessions import (
 )
 from jsonl_sessions.integrations import openai_agents
 from jsonl_sessions.integrations.openai_agents import JsonlSession, item_to_message, message_to_item
+from jsonl_sessions.keys import key_to_stem
 
 KEY = "conv"
+STORE_KEY = f"openai-agents/{KEY}"  # the session's key in the store: the framework's namespace, then the id
+FILE = f"{key_to_stem(STORE_KEY)}.jsonl"
 SOAK = os.environ.get("JSONL_SESSIONS_SOAK") == "1"  # more SIGKILL trials
 
 
@@ -147,7 +151,7 @@ def test_add_get_clear_like_sqlite_session(session: JsonlSession) -> None:
 def test_pop_item_newest_first_and_none_when_empty(session: JsonlSession) -> None:
     async def main() -> None:
         assert await session.pop_item() is None
-        assert not session.store.session_exists(KEY)  # popping never creates a session
+        assert not session.store.session_exists(STORE_KEY)  # popping never creates a session
         await session.add_items([user("Hello"), {"role": "assistant", "content": "Hi there!"}, user("How are you?")])
         assert await session.pop_item() == user("How are you?")
         assert contents(await session.get_items()) == ["Hello", "Hi there!"]
@@ -203,11 +207,34 @@ def test_session_settings_limit_is_the_default(root: pathlib.Path) -> None:
         JsonlSession(KEY, root, session_settings=3)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("settings", [
+    {"limt": 2},  # a typo
+    {"limit": 2, "turn_limit": 1},
+    {"limit": "3"},  # coerced by pydantic, as the SDK does
+    {"limit": "x"},
+    {},
+    3,
+    MappingProxyType({"limit": 2}),  # a mapping that is not a dict
+    SessionSettings(limit=4),
+], ids=repr)
+def test_session_settings_are_checked_as_the_sdk_sessions_check_them(root: pathlib.Path, settings: Any) -> None:
+    def outcome(make: Callable[[], Any]) -> tuple[str, Any]:
+        try:
+            return "ok", make().session_settings
+        except (TypeError, ValueError) as exc:  # the SDK's own error, type and message, is the reference
+            return type(exc).__name__, str(exc)
+
+    expected = outcome(lambda: SQLiteSession("s", session_settings=settings))
+    assert outcome(lambda: JsonlSession(KEY, root, session_settings=settings)) == expected
+    if expected[0] != "ok":
+        assert not root.exists()  # a refused session created nothing
+
+
 def test_limit_reads_a_page_from_the_end_not_the_whole_file(session: JsonlSession,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     big = "x" * 1000
     run(session.add_items([user(f"{i} {big}") for i in range(2000)]))
-    size = os.path.getsize(session.store.root + f"/{KEY}.jsonl")
+    size = os.path.getsize(os.path.join(session.store.root, FILE))
     read = [0]
     real_pread = _platform.pread
 
@@ -251,7 +278,7 @@ def test_every_item_field_round_trips_in_order(root: pathlib.Path) -> None:
 def test_transcript_lines_are_readable_and_searchable(root: pathlib.Path) -> None:
     store = SessionStore(root, durability="flush")
     run(JsonlSession(KEY, store).add_items(ITEMS))
-    lines = store.try_load(KEY)
+    lines = store.try_load(STORE_KEY)
     assert [m.role for m in lines[:7]] == ["user", "user", "system", "developer", "user", "assistant", "function_call"]
     assert [m.role for m in lines[7:12]] == ["function_call_output", "function_call_output", "reasoning", "reasoning",
                                             "compaction"]
@@ -260,9 +287,9 @@ def test_transcript_lines_are_readable_and_searchable(root: pathlib.Path) -> Non
     assert lines[5].content == ITEMS[5]["content"] and lines[5].extra["item"]["id"] == "msg_0123"
     assert all(len(m.id) == 26 for m in lines)  # the store's ULIDs, not the items' ids
     assert "content_at" not in lines[6].extra  # a function call has no content
-    assert [s.key for s in store.search(SessionQuery("SAN FRANCISCO"))] == [KEY]
-    assert store.page(KEY, limit=100, breakpoint=True).messages[0].kind == "compaction"
-    with open(os.path.join(store.root, f"{KEY}.jsonl"), "rb") as f:
+    assert [s.key for s in store.search(SessionQuery("SAN FRANCISCO"))] == [STORE_KEY]
+    assert store.page(STORE_KEY, limit=100, breakpoint=True).messages[0].kind == "compaction"
+    with open(os.path.join(store.root, FILE), "rb") as f:
         first = json.loads(f.readline())
     assert first["role"] == "user" and first["content"] == "Hello" and first["item"] == {"role": "user"}
 
@@ -297,8 +324,8 @@ def test_arbitrary_json_items_round_trip(tmp_path: pathlib.Path) -> None:
 
 
 def test_lines_written_by_other_code_read_as_easy_messages(session: JsonlSession) -> None:
-    session.store.append(KEY, {"role": "user", "content": "typed elsewhere"})
-    session.store.append(KEY, ChatMessage("tool", "42", extra={"tool_call_id": "c1"}))
+    session.store.append(STORE_KEY, {"role": "user", "content": "typed elsewhere"})
+    session.store.append(STORE_KEY, ChatMessage("tool", "42", extra={"tool_call_id": "c1"}))
     assert run(session.get_items()) == [{"role": "user", "content": "typed elsewhere"},
                                         {"role": "tool", "content": "42", "tool_call_id": "c1"}]
 
@@ -306,7 +333,7 @@ def test_lines_written_by_other_code_read_as_easy_messages(session: JsonlSession
 def test_bad_items_write_nothing(session: JsonlSession) -> None:
     async def main() -> None:
         await session.add_items([])
-        assert not session.store.session_exists(KEY)  # an empty add creates nothing
+        assert not session.store.session_exists(STORE_KEY)  # an empty add creates nothing
         await session.add_items([user("kept")])
         with pytest.raises(TypeError):
             await session.add_items([user("ok"), "not a dict"])  # type: ignore[list-item]
@@ -326,10 +353,10 @@ def test_store_argument_forms(tmp_path: pathlib.Path, monkeypatch: pytest.Monkey
     assert JsonlSession(KEY, astore).store is store
     as_str = JsonlSession(KEY, str(tmp_path / "b"), durability="flush", lock_timeout=5.0)
     assert as_str.store.root == str(tmp_path / "b") and as_str.store.durability == "flush"
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JSONL_SESSIONS_ROOT", str(tmp_path / "default"))  # no store: the command line's
     default = JsonlSession(KEY)
     run(default.add_items([user("x")]))
-    assert os.path.isfile(tmp_path / "sessions" / f"{KEY}.jsonl")
+    assert os.path.isfile(tmp_path / "default" / FILE)
     with pytest.raises(TypeError):
         JsonlSession(KEY, store, durability="flush")  # options would be ignored
     with pytest.raises(TypeError):
@@ -344,7 +371,7 @@ def test_store_argument_forms(tmp_path: pathlib.Path, monkeypatch: pytest.Monkey
 
 def test_corrupt_lines_are_skipped_by_reads_and_refused_by_destructive_writes(session: JsonlSession) -> None:
     run(session.add_items([user("a"), user("b")]))
-    path = os.path.join(session.store.root, f"{KEY}.jsonl")
+    path = os.path.join(session.store.root, FILE)
     with open(path, "ab") as f:
         f.write(b"{not json}\n")
     assert contents(run(session.get_items())) == ["a", "b"]

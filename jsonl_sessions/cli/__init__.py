@@ -6,7 +6,7 @@ exit statuses and the error contract, :mod:`.parser` every command and option.
 
 from __future__ import annotations
 
-from .common import default_root, resolve_root
+from ..location import default_root, resolve_root
 from .entry import main
 from .parser import COMMANDS, build_parser
 

@@ -17,6 +17,7 @@ import orjson
 from ..errors import InvalidMessageError, SessionExistsError, SessionNotFoundError
 from ..keys import key_to_stem
 from ..lines import BOM
+from ..location import resolve_root
 from ..store import SessionStore
 from ..types import ChatMessage, SessionMetadata, SessionQuery
 from .common import (
@@ -29,7 +30,6 @@ from .common import (
     open_store,
     out,
     quarantine_files,
-    resolve_root,
     sessions_out,
 )
 from .foreign import export_to, import_from

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from ..layout import classify
+from ..location import ENV_ROOT, resolve_root
 from ..protocol import SessionBackend
 from ..sqlite import SqliteSessionStore
 from ..store import SessionStore
@@ -25,7 +26,6 @@ from ..types import ChatMessage, SessionMetadata
 from .format import COLUMNS, clean, message_json, metadata_json, metadata_row, render_message, table, terminal_width
 
 PROG = "jsonl-sessions"
-ENV_ROOT = "JSONL_SESSIONS_ROOT"
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: The library's logger: its warnings become ``jsonl-sessions: warning: ...`` lines.
 LOGGER = logging.getLogger("jsonl_sessions")
@@ -39,28 +39,7 @@ class CliError(Exception):
     """A failure to report as one line (exit status 1)."""
 
 
-# -- where the store is -------------------------------------------------------------------
-def default_root() -> str:
-    """The per-user data directory: ``$XDG_DATA_HOME/jsonl-sessions`` (default
-    ``~/.local/share/jsonl-sessions``) on Linux and other Unix, ``~/Library/Application
-    Support/jsonl-sessions`` on macOS, ``%LOCALAPPDATA%\\jsonl-sessions`` on Windows."""
-    home = os.path.expanduser("~")
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
-    elif sys.platform == "darwin":
-        base = os.path.join(home, "Library", "Application Support")
-    else:
-        xdg = os.environ.get("XDG_DATA_HOME", "")
-        base = xdg if os.path.isabs(xdg) else os.path.join(home, ".local", "share")  # relative: ignored (XDG rule)
-    return os.path.join(base, "jsonl-sessions")
-
-
-def resolve_root(explicit: str | None = None) -> str:
-    """``explicit`` (``--root``), else ``$JSONL_SESSIONS_ROOT``, else :func:`default_root`."""
-    chosen = explicit or os.environ.get(ENV_ROOT) or default_root()
-    return os.path.abspath(os.path.expanduser(chosen))
-
-
+# -- where the store is (one rule shared with the adapters) ---------------------------------
 def existing_root(args: argparse.Namespace) -> str:
     """The resolved root; a usage error when it is not an existing directory."""
     root = resolve_root(args.root)

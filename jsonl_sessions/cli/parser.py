@@ -9,8 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import __version__
+from ..location import ENV_ROOT, resolve_root
 from .commands import SORTS, cmd_export, cmd_import, cmd_ls, cmd_rm, cmd_search, cmd_show
-from .common import ENV_ROOT, PROG, resolve_root
+from .common import PROG
 from .demo import cmd_demo
 from .gc import cmd_gc
 from .repair import cmd_repair

@@ -39,9 +39,10 @@ from ..errors import CorruptControlError, CorruptMetadataError, SessionStoreErro
 from ..keys import is_hashed, key_to_stem, stem_to_key
 from ..layout import LOCK_SUFFIX, SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, classify, key_of_stem, read_sidecar
 from ..lines import BOM, iter_lines_forward
+from ..location import ENV_ROOT, resolve_root
 from ..store import SessionStore, clear_leftovers
 from . import sqlite as sqlite_cli
-from .common import ENV_ROOT, EXIT_FAILURE, EXIT_OK, UsageError, is_sqlite, json_out, open_sqlite, out, resolve_root
+from .common import EXIT_FAILURE, EXIT_OK, UsageError, is_sqlite, json_out, open_sqlite, out
 from .format import clean
 from .format import size as fmt_size
 from .report import LABELS, Finding, Progress, Report

@@ -18,6 +18,10 @@ Guarantees (on any backend):
   guard. Its ``mtime`` is the ``created_at`` of the batch's lines, the same clock
   :meth:`ClaudeSessions.list_sessions` reports, so a summary that a crash left behind is
   older than the session and the SDK sees it as stale.
+- That ``mtime`` strictly increases from one append to the next of one object, whatever
+  the session (the SDK lists sessions by it): it is the clock's time, or one millisecond
+  after the object's previous one when the clock has not moved on (or stepped back).
+  Within a session it also follows the newest line, so it increases for every writer.
 - :meth:`load` returns the first occurrence of a ``uuid`` only, so even a transcript
   written by hand with a repeated ``uuid`` reads without the duplicate.
 
@@ -30,6 +34,7 @@ transcript's uuids again. ``load`` is O(session); the listings are O(sessions in
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,15 +58,21 @@ Fold = Callable[[Any, Any, Any], Any]
 
 
 class ClaudeSessions:
-    """``ClaudeSessions(store, *, prefix="claude/", fold=None)``: the Claude sessions kept
-    in ``store`` under keys starting with ``prefix``; ``fold`` maintains summaries."""
+    """``ClaudeSessions(store, *, prefix="claude/", fold=None, clock=None)``: the Claude
+    sessions kept in ``store`` under keys starting with ``prefix``; ``fold`` maintains
+    summaries; ``clock`` gives the mtimes (epoch milliseconds; default the wall clock)."""
 
-    def __init__(self, store: SessionBackend, *, prefix: str = DEFAULT_PREFIX, fold: Fold | None = None) -> None:
+    def __init__(self, store: SessionBackend, *, prefix: str = DEFAULT_PREFIX, fold: Fold | None = None,
+                 clock: Callable[[], int] | None = None) -> None:
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a string, not {type(prefix).__name__}")
         self.store = store
         self.prefix = prefix
         self._fold = fold
+        self._clock = clock or now_ms
+        # The last mtime this object gave (appends of several threads run at once).
+        self._last_stamp = 0
+        self._stamp_lock = threading.Lock()
         # The uuids of the transcripts this object appended to, valid while the session's
         # look (count, size, newest id) is the one after that append (read under the guard).
         self._known: dict[str, _Known] = {}
@@ -87,7 +98,7 @@ class ClaudeSessions:
             fresh = _new_entries(known.uuids, entries)
             if fresh:
                 newest = look[3] if look else None
-                stamp = max(now_ms(), (newest or 0) + 1)  # each batch a later time: summaries can tell
+                stamp = self._next_stamp(newest)
                 self.store.append_many(store_key, [entry_to_message(e, created_at=stamp) for e in fresh])
                 known.uuids.update(u for u in map(_uuid, fresh) if u is not None)
                 if key.subpath is None and self._fold is not None:
@@ -98,6 +109,15 @@ class ClaudeSessions:
                     self._known.clear()
                 self._known[store_key] = _Known(look[:3], known.uuids)
         return len(fresh)
+
+    def _next_stamp(self, newest: int | None) -> int:
+        """The batch's mtime: later than the session's newest line (so a summary can tell
+        it is current) and than this object's previous batch (so the SDK's listing order
+        is the write order, even for sessions written within one millisecond)."""
+        with self._stamp_lock:
+            stamp = max(self._clock(), (newest or 0) + 1, self._last_stamp + 1)
+            self._last_stamp = stamp
+            return stamp
 
     def _look(self, store_key: str) -> tuple[int, int, str, int | None] | None:
         """``(message count, size, newest line id, its created_at)``: O(1), and different

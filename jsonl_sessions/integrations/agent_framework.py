@@ -15,7 +15,7 @@ with the behaviour of the framework's own ``FileHistoryProvider``: one history p
 session id (``None`` is the session ``"default"``), a save of messages the history
 already ends with (a replayed transcript) stores only the new ones, and
 ``skip_excluded=True`` hides messages a compaction marked excluded. The history of
-session ``s`` is the store session ``key_prefix + s`` (``"agent-framework:user-42"``), one
+session ``s`` is the store session ``key_prefix + s`` (``"agent-framework/user-42"``), one
 transcript line per message: ``role`` the message's role, ``content`` its text (what
 ``search`` and the command line see), and the extra field ``agent_framework`` its
 ``to_dict()``, from which ``Message.from_dict`` rebuilds it.
@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 from ..errors import SessionNotFoundError
 from ..protocol import SessionBackend
 from ..types import ChatMessage
-from ._common import StoreLike, finish, open_store, where
+from ._common import StoreLike, check_prefix, default_prefix, finish, open_store, where
 
 Overlap = Callable[[Sequence[Message], Sequence[Message]], list[Message]]
 
@@ -64,7 +64,7 @@ except ImportError:  # pragma: no cover - a release that moved it: every saved m
 __all__ = ["JsonlHistoryProvider", "line_to_message", "message_to_line"]
 
 #: The default prefix of a history's session key.
-KEY_PREFIX = "agent-framework:"
+KEY_PREFIX = default_prefix("agent-framework")
 #: The extra field of a line written by this adapter.
 FIELD = "agent_framework"
 
@@ -87,14 +87,15 @@ def line_to_message(line: ChatMessage) -> Message:
 
 
 class JsonlHistoryProvider(HistoryProvider):
-    """``JsonlHistoryProvider(store=None, *, key_prefix="agent-framework:", source_id="jsonl_history",
+    """``JsonlHistoryProvider(store=None, *, key_prefix="agent-framework/", source_id="jsonl_history",
     load_messages=True, store_inputs=True, store_context_messages=False, store_context_from=None,
     store_outputs=True, skip_excluded=False, **store_options)``.
 
     ``store``: any session backend (a :class:`~jsonl_sessions.SessionStore`, a SQLite
     store...), an :class:`~jsonl_sessions.AsyncSessionStore`, or the path of a store
     directory, opened with ``store_options`` (``durability``, ``lock_timeout``...); None
-    means the directory ``"sessions"``. The flags are ``HistoryProvider``'s. Both methods
+    means the command line's store (``$JSONL_SESSIONS_ROOT``, else the per-user data
+    directory). The flags are ``HistoryProvider``'s. Both methods
     run the store in a worker thread; a save whose caller is cancelled is awaited to its
     end first. A message with a value that has no JSON form raises
     :class:`~jsonl_sessions.SerializationError` (a TypeError), with nothing written.
@@ -122,8 +123,7 @@ class JsonlHistoryProvider(HistoryProvider):
             store_context_messages=store_context_messages, store_context_from=store_context_from,
             store_outputs=store_outputs,
         )
-        if not isinstance(key_prefix, str):
-            raise TypeError(f"key_prefix must be a str, not {type(key_prefix).__name__}")
+        check_prefix(key_prefix)
         self.key_prefix = key_prefix
         self.skip_excluded = skip_excluded
         self._store = open_store(store, store_options)

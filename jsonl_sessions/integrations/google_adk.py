@@ -72,12 +72,12 @@ from ._adk_records import (
     fold_state,
     split_state,
 )
-from ._common import StoreLike, finish, open_store, where
+from ._common import StoreLike, check_prefix, default_prefix, finish, open_store, where
 
 __all__ = ["JsonlSessionService"]
 
 #: The default prefix of every key the service writes.
-KEY_PREFIX = "adk/"
+KEY_PREFIX = default_prefix("google-adk")
 #: How many of a session's newest lines ``append_event`` looks at to recognise a re-delivered event.
 RETRY_WINDOW = 64
 
@@ -123,7 +123,8 @@ class JsonlSessionService(BaseSessionService):
     ``store``: any session backend (a :class:`~jsonl_sessions.SessionStore`, a SQLite
     store...), an :class:`~jsonl_sessions.AsyncSessionStore`, or the path of a store
     directory, opened with ``store_options`` (``durability``, ``lock_timeout``...); None
-    means the directory ``"sessions"``. Any number of services, threads and processes may
+    means the command line's store (``$JSONL_SESSIONS_ROOT``, else the per-user data
+    directory). Any number of services, threads and processes may
     share a store. Every method runs the store in a worker thread; a write whose caller
     is cancelled is awaited to its end first.
 
@@ -133,8 +134,7 @@ class JsonlSessionService(BaseSessionService):
     """
 
     def __init__(self, store: StoreLike = None, *, key_prefix: str = KEY_PREFIX, **store_options: Any) -> None:
-        if not isinstance(key_prefix, str):
-            raise TypeError(f"key_prefix must be a str, not {type(key_prefix).__name__}")
+        check_prefix(key_prefix)
         self.keys = Keys(key_prefix)
         self._store = open_store(store, store_options)
 

@@ -10,8 +10,8 @@
 
 It implements ``langchain_core.chat_history.BaseChatMessageHistory`` (``messages``,
 ``add_messages``, ``clear`` and their async forms) on a :class:`jsonl_sessions.SessionStore`:
-the history is the store's session whose key is ``session_id``, one transcript line per
-message.
+the history is the store's session whose key is ``key_prefix + session_id``
+(``"langchain/user-42"``), one transcript line per message.
 
 Mapping (lossless: a message reads back equal to the one added, with its type, tool calls,
 additional kwargs, response metadata, id and name): LangChain's own
@@ -56,9 +56,9 @@ from typing import Any
 from ..keys import validate_key
 from ..protocol import SessionBackend
 from ..types import ChatMessage
-from ._common import StoreLike, finish, open_store, where
+from ._common import StoreLike, check_prefix, default_prefix, finish, open_store, where
 
-__all__ = ["JsonlChatMessageHistory", "lc_to_message", "message_to_lc"]
+__all__ = ["KEY_PREFIX", "JsonlChatMessageHistory", "lc_to_message", "message_to_lc"]
 
 #: The extra field of a line written by this adapter.
 LANGCHAIN_FIELD = "langchain"
@@ -118,14 +118,20 @@ def message_to_lc(message: ChatMessage) -> BaseMessage:
     return LCChatMessage(content=content, role=role)
 
 
+#: The default ``key_prefix``: this framework's namespace in a shared store.
+KEY_PREFIX = default_prefix("langchain")
+
+
 class JsonlChatMessageHistory(BaseChatMessageHistory):
-    """``JsonlChatMessageHistory(session_id, store=None, **store_options)``: the
-    conversation ``session_id`` of a jsonl_sessions store, as a LangChain chat history.
+    """``JsonlChatMessageHistory(session_id, store=None, *, key_prefix="langchain/",
+    **store_options)``: the conversation ``session_id`` of a jsonl_sessions store (the
+    store session :attr:`key`, ``key_prefix + session_id``), as a LangChain chat history.
 
     ``store``: a :class:`~jsonl_sessions.SessionStore`, an
     :class:`~jsonl_sessions.AsyncSessionStore`, or the path of a store directory, opened
-    with ``store_options`` (``durability``, ``lock_timeout``...); None means the directory
-    ``"sessions"`` in the working directory. Cheap to create (one per request is fine, as
+    with ``store_options`` (``durability``, ``lock_timeout``...); None means the command
+    line's store (``$JSONL_SESSIONS_ROOT``, else the per-user data directory, see
+    :mod:`jsonl_sessions.location`). Cheap to create (one per request is fine, as
     ``RunnableWithMessageHistory`` does); any number of objects, threads, coroutines and
     processes may use one session at once.
 
@@ -138,14 +144,17 @@ class JsonlChatMessageHistory(BaseChatMessageHistory):
     :class:`~jsonl_sessions.CorruptTranscriptError`, leaving the file unchanged.
     """
 
-    def __init__(self, session_id: str, store: StoreLike = None, **store_options: Any) -> None:
+    def __init__(self, session_id: str, store: StoreLike = None, *, key_prefix: str = KEY_PREFIX,
+                 **store_options: Any) -> None:
         super().__init__()
         self.session_id = validate_key(session_id)  # a bad key fails here, not at the first call
+        #: The store key of the history.
+        self.key = check_prefix(key_prefix) + session_id
         self._store = open_store(store, store_options)
 
     @property
     def store(self) -> SessionBackend:
-        """The store holding the history (its key is :attr:`session_id`)."""
+        """The store holding the history (its key is :attr:`key`)."""
         return self._store
 
     def __repr__(self) -> str:
@@ -155,11 +164,11 @@ class JsonlChatMessageHistory(BaseChatMessageHistory):
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # the base declares an attribute
         """Every message, oldest first (``[]`` for a missing session). O(session); takes no
         lock; one consistent state."""
-        return [message_to_lc(m) for m in self._store.load(self.session_id)]
+        return [message_to_lc(m) for m in self._store.load(self.key)]
 
     async def aget_messages(self) -> list[BaseMessage]:
         """:attr:`messages`, read in a worker thread."""
-        loaded = await asyncio.to_thread(self._store.load, self.session_id)
+        loaded = await asyncio.to_thread(self._store.load, self.key)
         return [message_to_lc(m) for m in loaded]
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
@@ -169,19 +178,19 @@ class JsonlChatMessageHistory(BaseChatMessageHistory):
         O(len(messages)), independent of the history's size."""
         lines = [lc_to_message(m) for m in messages]
         if lines:
-            self._store.append_many(self.session_id, lines)
+            self._store.append_many(self.key, lines)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """:meth:`add_messages` in a worker thread."""
         lines = [lc_to_message(m) for m in messages]
         if lines:
-            await finish(asyncio.to_thread(self._store.append_many, self.session_id, lines))
+            await finish(asyncio.to_thread(self._store.append_many, self.key, lines))
 
     def clear(self) -> None:
         """Remove every message. The session stays in the store, empty, with its metadata.
         Atomic; refuses a transcript with corrupt lines (see the class docstring)."""
-        self._store.clear_messages(self.session_id)
+        self._store.clear_messages(self.key)
 
     async def aclear(self) -> None:
         """:meth:`clear` in a worker thread."""
-        await finish(asyncio.to_thread(self._store.clear_messages, self.session_id))
+        await finish(asyncio.to_thread(self._store.clear_messages, self.key))

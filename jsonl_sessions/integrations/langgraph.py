@@ -12,7 +12,7 @@ It implements ``langgraph.checkpoint.base.BaseCheckpointSaver`` (``get_tuple``, 
 ``put``, ``put_writes``, ``delete_thread``, ``delete_for_runs``, ``copy_thread``,
 ``prune`` and their async forms) on any session backend (a :class:`jsonl_sessions.SessionStore`
 by default): a thread is
-the store's session whose key is ``key_prefix + str(thread_id)`` (``"langgraph:t-1"``),
+the store's session whose key is ``key_prefix + str(thread_id)`` (``"langgraph/t-1"``),
 each ``put`` and each ``put_writes`` one line appended to it (the line formats are in
 ``docs/integrations.md``).
 
@@ -61,7 +61,7 @@ from typing import Any
 from ..errors import SessionExistsError
 from ..protocol import SessionBackend
 from ..types import ChatMessage
-from ._common import StoreLike, finish, open_store, where
+from ._common import StoreLike, check_prefix, default_prefix, finish, open_store, where
 from ._langgraph_records import (
     ThreadIndex,
     checkpoint_line,
@@ -73,16 +73,17 @@ from ._langgraph_records import (
 __all__ = ["JsonlCheckpointSaver"]
 
 #: The default prefix of a thread's session key.
-KEY_PREFIX = "langgraph:"
+KEY_PREFIX = default_prefix("langgraph")
 
 
 class JsonlCheckpointSaver(BaseCheckpointSaver[str]):
-    """``JsonlCheckpointSaver(store=None, *, key_prefix="langgraph:", serde=None, **store_options)``.
+    """``JsonlCheckpointSaver(store=None, *, key_prefix="langgraph/", serde=None, **store_options)``.
 
     ``store``: any session backend (a :class:`~jsonl_sessions.SessionStore`, a SQLite
     store...), an :class:`~jsonl_sessions.AsyncSessionStore`, or the path of a store
     directory, opened with ``store_options`` (``durability``, ``lock_timeout``...); None
-    means the directory ``"sessions"``. ``serde``: LangGraph's serializer (its default ``JsonPlusSerializer``
+    means the command line's store (``$JSONL_SESSIONS_ROOT``, else the per-user data
+    directory). ``serde``: LangGraph's serializer (its default ``JsonPlusSerializer``
     when None). Any number of savers, threads and processes may share a store and a thread.
 
     A value the serializer cannot encode raises :class:`~jsonl_sessions.SerializationError`
@@ -99,8 +100,7 @@ class JsonlCheckpointSaver(BaseCheckpointSaver[str]):
         **store_options: Any,
     ) -> None:
         super().__init__(serde=serde)
-        if not isinstance(key_prefix, str):
-            raise TypeError(f"key_prefix must be a str, not {type(key_prefix).__name__}")
+        check_prefix(key_prefix)
         self.key_prefix = key_prefix
         self._store = open_store(store, store_options)
 

@@ -12,7 +12,7 @@ It implements ``llama_index.core.storage.chat_store.BaseChatStore`` (``set_messa
 ``get_messages``, ``add_message`` with its optional ``idx``, ``delete_messages``,
 ``delete_message``, ``delete_last_message``, ``get_keys`` and the async forms) with the
 behaviour of llama-index's own ``SimpleChatStore``, on any session backend: chat key
-``k`` is the store session ``key_prefix + k`` (``"llamaindex:user-42"``), one transcript
+``k`` is the store session ``key_prefix + k`` (``"llamaindex/user-42"``), one transcript
 line per message.
 
 Mapping (lossless: messages read back equal to those stored, blocks, images and
@@ -50,12 +50,12 @@ from typing import Any
 from ..errors import SerializationError, SessionNotFoundError
 from ..protocol import SessionBackend
 from ..types import ChatMessage
-from ._common import StoreLike, finish, open_store, where
+from ._common import StoreLike, default_prefix, finish, open_store, where
 
 __all__ = ["JsonlChatStore", "line_to_llama", "llama_to_line"]
 
 #: The default prefix of a chat key's session key.
-KEY_PREFIX = "llamaindex:"
+KEY_PREFIX = default_prefix("llama-index")
 #: The extra field of a line written by this adapter.
 LLAMA_FIELD = "llama_index"
 
@@ -82,12 +82,13 @@ def line_to_llama(line: ChatMessage) -> LlamaMessage:
 
 
 class JsonlChatStore(BaseChatStore):
-    """``JsonlChatStore(store=None, *, key_prefix="llamaindex:", **store_options)``.
+    """``JsonlChatStore(store=None, *, key_prefix="llamaindex/", **store_options)``.
 
     ``store``: any session backend (a :class:`~jsonl_sessions.SessionStore`, a SQLite
     store...), an :class:`~jsonl_sessions.AsyncSessionStore`, or the path of a store
     directory, opened with ``store_options`` (``durability``, ``lock_timeout``...); None
-    means the directory ``"sessions"``. Any number of chat stores, threads and processes
+    means the command line's store (``$JSONL_SESSIONS_ROOT``, else the per-user data
+    directory). Any number of chat stores, threads and processes
     may share a store and a key. The async methods run the store in a worker thread; an
     async write whose caller is cancelled is awaited to its end first.
 

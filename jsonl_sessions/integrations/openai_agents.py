@@ -5,13 +5,14 @@
     from agents import Agent, Runner
     from jsonl_sessions.integrations.openai_agents import JsonlSession
 
-    session = JsonlSession("user-42", "sessions")   # a store directory (or a SessionStore)
+    session = JsonlSession("user-42", "sessions")   # a store directory (or a SessionStore, or None)
     result = await Runner.run(Agent(name="a"), "Hi", session=session)
 
 It implements the SDK's ``Session`` protocol (``session_id``, ``session_settings``,
 ``get_items``, ``add_items``, ``pop_item``, ``clear_session``) with the behaviour of the
 SDK's own ``SQLiteSession``, on a :class:`jsonl_sessions.SessionStore`: the session is the
-store's session whose key is ``session_id``, one transcript line per item.
+store's session whose key is ``key_prefix + session_id`` (``"openai-agents/user-42"``), one
+transcript line per item.
 
 Mapping (lossless: ``get_items`` returns items equal to those added, key order included):
 the line's ``content`` is the item's ``"content"`` (so the store's search sees message
@@ -48,9 +49,12 @@ from ..foreign import responses
 from ..keys import validate_key
 from ..protocol import SessionBackend
 from ..types import ChatMessage
-from ._common import StoreLike, finish, open_store, where
+from ._common import StoreLike, check_prefix, default_prefix, finish, open_store, where
 
-__all__ = ["JsonlSession", "item_to_message", "message_to_item"]
+__all__ = ["KEY_PREFIX", "JsonlSession", "item_to_message", "message_to_item"]
+
+#: The default ``key_prefix``: this framework's namespace in a shared store.
+KEY_PREFIX = default_prefix("openai-agents")
 
 def item_to_message(item: Mapping[str, Any]) -> ChatMessage:
     """The transcript message that stores ``item`` (see the module docstring)."""
@@ -62,24 +66,40 @@ def message_to_item(message: ChatMessage) -> TResponseInputItem:
     return cast("TResponseInputItem", responses.message_to_item(message))
 
 
-def _settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings:
-    if value is None:
-        return SessionSettings()
-    if isinstance(value, SessionSettings):
-        return value
-    if isinstance(value, Mapping):
+try:
+    from agents.memory.session_settings import coerce_session_settings as _coerce_settings
+except ImportError:  # pragma: no cover - openai-agents before it validated settings itself
+
+    def _coerce_settings(value: SessionSettings | dict[str, Any]) -> SessionSettings:
+        # The same rule as the SDK's coerce_session_settings (a typo is an error, not ignored).
+        if isinstance(value, SessionSettings):
+            return value
+        if not isinstance(value, dict):
+            raise TypeError(f"session must be a SessionSettings instance or a dict, got {type(value).__name__}")
+        unknown = sorted(str(name) for name in value if name not in SessionSettings.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"Unknown session settings: {', '.join(unknown)}")
         return SessionSettings(**value)
-    raise TypeError(f"session_settings must be a SessionSettings, a dict or None, not {type(value).__name__}")
+
+
+def _settings(value: SessionSettings | dict[str, Any] | None) -> SessionSettings:
+    # Exactly as the SDK's SQLiteSession: its own coercion, so an unknown key (a typo) or a
+    # value that is neither a SessionSettings nor a dict is a TypeError, a bad field value
+    # pydantic's ValidationError (a ValueError).
+    return SessionSettings() if value is None else _coerce_settings(value)
 
 
 class JsonlSession:
-    """``JsonlSession(session_id, store=None, *, session_settings=None, **store_options)``:
-    the conversation ``session_id`` of a jsonl_sessions store, as an Agents SDK session.
+    """``JsonlSession(session_id, store=None, *, key_prefix="openai-agents/",
+    session_settings=None, **store_options)``: the conversation ``session_id`` of a
+    jsonl_sessions store (the store session :attr:`key`, ``key_prefix + session_id``), as
+    an Agents SDK session.
 
     ``store``: a :class:`~jsonl_sessions.SessionStore`, an
     :class:`~jsonl_sessions.AsyncSessionStore`, or the path of a store directory, opened
-    with ``store_options`` (``durability``, ``lock_timeout``...); None means the directory
-    ``"sessions"`` in the working directory. Sessions sharing a store (also across
+    with ``store_options`` (``durability``, ``lock_timeout``...); None means the command
+    line's store (``$JSONL_SESSIONS_ROOT``, else the per-user data directory, see
+    :mod:`jsonl_sessions.location`). Sessions sharing a store (also across
     processes) are independent; several ``JsonlSession`` objects, coroutines, threads or
     processes may use one session at once.
 
@@ -102,16 +122,19 @@ class JsonlSession:
         session_id: str,
         store: StoreLike = None,
         *,
-        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        key_prefix: str = KEY_PREFIX,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         **store_options: Any,
     ) -> None:
         self.session_id = validate_key(session_id)  # a bad key fails here, not at the first call
+        #: The store key of the session.
+        self.key = check_prefix(key_prefix) + session_id
         self.session_settings = _settings(session_settings)
         self._store = open_store(store, store_options)
 
     @property
     def store(self) -> SessionBackend:
-        """The store holding the session (its key is :attr:`session_id`)."""
+        """The store holding the session (its key is :attr:`key`)."""
         return self._store
 
     def __repr__(self) -> str:
@@ -132,11 +155,11 @@ class JsonlSession:
 
     def _read(self, limit: int | None) -> list[ChatMessage]:
         if limit is None or limit < 0:
-            return self._store.load(self.session_id)
+            return self._store.load(self.key)
         if limit == 0:
             return []
         try:
-            return self._store.page(self.session_id, limit=limit).messages
+            return self._store.page(self.key, limit=limit).messages
         except SessionNotFoundError:
             return []
 
@@ -148,7 +171,7 @@ class JsonlSession:
         if not items:
             return
         messages = [item_to_message(cast("Mapping[str, Any]", item)) for item in items]
-        await finish(asyncio.to_thread(self._store.append_many, self.session_id, messages))
+        await finish(asyncio.to_thread(self._store.append_many, self.key, messages))
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item and return it; None when the session is empty (or
@@ -162,19 +185,19 @@ class JsonlSession:
     def _pop(self) -> ChatMessage | None:
         while True:
             try:
-                newest = self._store.page(self.session_id, limit=1).messages
+                newest = self._store.page(self.key, limit=1).messages
             except SessionNotFoundError:
                 return None
             if not newest:
                 return None
-            if self._store.remove_last(self.session_id, expected_id=newest[-1].id):
+            if self._store.remove_last(self.key, expected_id=newest[-1].id):
                 return newest[-1]
 
     async def clear_session(self) -> None:
         """Remove every item. The session stays in the store, empty, with its metadata
         (name, owner...). Atomic; refuses a transcript with corrupt lines (see the class
         docstring)."""
-        await finish(asyncio.to_thread(self._store.clear_messages, self.session_id))
+        await finish(asyncio.to_thread(self._store.clear_messages, self.key))
 
     def close(self) -> None:
         """Nothing to release (no file stays open between calls); for code written
@@ -185,7 +208,7 @@ class JsonlSession:
         """How many items the session holds (0 when missing). O(1) in the session size."""
         def count() -> int:
             try:
-                return self._store.get_message_count(self.session_id)
+                return self._store.get_message_count(self.key)
             except SessionNotFoundError:
                 return 0
 
