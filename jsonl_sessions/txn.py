@@ -501,10 +501,18 @@ class Tx:
     def create(self, chunks: Iterable[bytes], meta: dict[str, Any]) -> None:
         """Create the session: sidecar ``meta`` first (so its key is on disk before the
         transcript exists), then the transcript as :meth:`install`. On error nothing that
-        looks like a session remains. Called when the transcript does not exist."""
+        looks like a session remains. Called when the transcript does not exist.
+
+        Durable mode: the visible end hides the new transcript's bytes from lock-free
+        readers from before its rename until the directory fsync returned, so a session
+        whose creation then fails (and is taken away again) was never read with messages."""
         self.write_sidecar(meta, touch=False)
         try:
+            if self.durable:
+                self.guard.hide_from(0)
             self.install(chunks)
+            if self.durable:
+                self.guard.show_all()
         except BaseException:
             # The rename may already have happened (the directory fsync failed): take the
             # transcript away again; drop the sidecar only once no transcript is known to
@@ -513,6 +521,8 @@ class Tx:
             with contextlib.suppress(OSError):
                 if not _platform.exists(self.files.transcript):
                     unlink_quietly(self.files.sidecar)
+                if self.guard.hidden is not None:
+                    self.guard.show_all()  # else the next guard holder clears it
             raise
 
     def move_together(self, lines: list[bytes], meta: dict[str, Any]) -> None:

@@ -249,3 +249,50 @@ def test_reads_during_a_durable_append_in_flight_stay_o_page(tmp_path: pathlib.P
         thread.join(10)
     assert all(cost < size // 10 for cost in costs.values()), (costs, size)
     assert reader.get_message_count(KEY) == total + 1
+
+
+def test_a_new_session_whose_directory_fsync_fails_was_never_read_with_its_messages(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Creating a session (its first append) renames the transcript into place, then
+    fsyncs the directory; when that fsync fails the session is taken away again. A reader
+    in between must not have returned the message that then vanished."""
+    store = SessionStore(tmp_path, durability="fsync")
+    store.append("other", user("durable already"))
+    reader = SessionStore(tmp_path, durability="fsync")
+    in_fsync = threading.Event()
+    reader_done = threading.Event()
+    real_fsync_dir = _platform.fsync_dir
+    renamed = [False]
+
+    def fsync_dir_blocks_then_fails(path: str) -> None:
+        if os.path.exists(os.path.join(path, "new.jsonl")) and not in_fsync.is_set():
+            renamed[0] = True
+            in_fsync.set()
+            reader_done.wait(10)
+            raise OSError(errno.EIO, "injected: directory fsync")
+        real_fsync_dir(path)
+
+    outcome: dict[str, BaseException] = {}
+
+    def writer() -> None:
+        try:
+            store.append("new", user("not durable"))
+        except OSError as exc:
+            outcome["error"] = exc
+
+    monkeypatch.setattr(_platform, "fsync_dir", fsync_dir_blocks_then_fails)
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert in_fsync.wait(10), "the create never reached its directory fsync"
+        seen = {"load": [m.content for m in reader.load("new")], "try_load": [m.content for m in reader.try_load("new")],
+                "search": [md.key for md in reader.search(SessionQuery("durable"))]}
+    finally:
+        reader_done.set()
+        thread.join(10)
+    assert renamed[0] and isinstance(outcome.get("error"), OSError)
+    assert seen == {"load": [], "try_load": [], "search": ["other"]}
+    monkeypatch.setattr(_platform, "fsync_dir", real_fsync_dir)
+    assert not reader.session_exists("new")
+    store.append("new", user("again"))
+    assert [m.content for m in reader.try_load("new")] == ["again"]
