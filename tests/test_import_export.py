@@ -209,6 +209,16 @@ def test_export_turns_plain_and_agents_sdk_messages_into_a_resumable_transcript(
     ]
 
 
+def test_export_of_times_no_datetime_holds(store: SessionStore) -> None:
+    """A stored created_at may be any 64-bit integer; one outside years 1-9999 exports with
+    the epoch's timestamp instead of failing the whole export."""
+    store.append_many("t", [{"role": "user", "content": "far", "created_at": 2**64 - 1},
+                            {"role": "assistant", "content": "before", "created_at": -2**63},
+                            {"role": "user", "content": "now", "created_at": 1_700_000_000_123}])
+    stamps = [e["timestamp"] for e in export_claude_code(store, "t").entries]
+    assert stamps == ["1970-01-01T00:00:00.000Z", "1970-01-01T00:00:00.000Z", "2023-11-14T22:13:20.123Z"]
+
+
 def test_export_errors(store: SessionStore, tmp_path: pathlib.Path, capsys: Any) -> None:
     root = str(tmp_path / "store")
     assert main(["--root", root, "export", "missing", "--to", "claude-code"]) == 1

@@ -31,7 +31,7 @@ from typing import Any
 from .. import ids
 from ..errors import SessionExistsError, SessionNotFoundError
 from ..protocol import SessionBackend
-from ..types import ChatMessage
+from ..types import ChatMessage, datetime_of_ms
 from .claude_code import DEFAULT_PREFIX, ClaudeKey, message_to_entry
 from .claude_sessions import ClaudeSessions
 from .codex import read_rollout
@@ -196,7 +196,9 @@ def _uuid_of(key: str, message: ChatMessage) -> str:
 
 
 def _iso(created_at: int | None) -> str:
-    when = datetime.fromtimestamp((created_at or 0) / 1000, tz=timezone.utc)
+    """``created_at`` as Claude Code's ISO timestamp; the epoch for none, or for one no
+    ``datetime`` holds (a stored time may be any 64-bit integer)."""
+    when = datetime_of_ms(created_at) or datetime.fromtimestamp(0, tz=timezone.utc)
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
