@@ -398,17 +398,6 @@ class SqliteCore:
             self._replace_rows(c, sid, lines, records)
             return True
 
-    def set_session_trim_breadcrumb(self, key: str, present: bool) -> None:
-        """Record whether the transcript starts with a synthetic trim breadcrumb.
-        :class:`SessionNotFoundError` for a missing session."""
-        self._update(key, lambda meta: meta.__setitem__("trim_breadcrumb", bool(present)))
-
-    def get_session_trim_breadcrumb(self, key: str) -> bool | None:
-        """The recorded flag; None when the session is missing or never set it."""
-        meta = self._meta_of(key)
-        value = None if meta is None else meta.get("trim_breadcrumb")
-        return value if isinstance(value, bool) else None
-
     def _update(self, key: str, change: Callable[[dict[str, Any]], None]) -> None:
         """Apply ``change`` to the meta of an existing session in one transaction.
         :class:`SessionNotFoundError` for a missing session; an unreadable meta raises

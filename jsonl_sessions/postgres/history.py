@@ -1,0 +1,225 @@
+"""The message-history API and pagination of the PostgreSQL backend.
+
+Positions are the ``seq`` column (dense: 0..count-1), ids are found through the
+``UNIQUE (session, id)`` index and counts are kept in the session row, so a count is O(1),
+an id lookup O(log n), a window or a page O(log n + page) by ``(session, seq)``: flat in
+the session's length. A page reads its rows in one ``REPEATABLE READ READ ONLY``
+transaction (one snapshot, however many chunks it fetches).
+
+Lenient like :meth:`load`: a row that does not parse is skipped with a logged warning; it
+is not a message (it does not count towards a page's ``limit``) but it holds a position.
+The mutations are strict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .. import sidecar
+from ..errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError
+from ..keys import validate_key
+from ..pagewalk import TURN_SEARCH_LINES, Item, Lines, Reading, page_back, page_forward
+from ..records import calls, decode_or_none
+from ..rules import check_page_arguments, check_window
+from ..sqlite import rows
+from ..sqlite.history import _usable_id, _warn
+from ..types import ChatMessage, Page
+from .base import PostgresCore, SessionRow
+from .db import Conn
+
+
+class HistoryMethods(PostgresCore):
+    """Part of :class:`PostgresSessionStore` (which inherits it)."""
+
+    def _chunks(self, c: Conn, sid: int, edge: int, chunk: int, *, back: bool) -> Iterator[Item]:
+        """``(seq, line)`` of the rows before position ``edge`` newest first (``back``), or
+        from ``edge`` on oldest first, fetched by the primary key in growing chunks."""
+        op, order = ("<", "DESC") if back else (">=", "ASC")
+        query = (f"SELECT seq, line FROM {self._s}.messages WHERE session = %s AND seq {op} %s "
+                 f"ORDER BY seq {order} LIMIT %s")
+        while not back or edge > 0:
+            got = c.execute(query, (sid, edge, chunk)).fetchall()
+            if not got:
+                return
+            for seq, line in got:
+                yield seq, line.encode()
+            edge = got[-1][0] + (0 if back else 1)
+            chunk = min(chunk * 4, 4096)
+
+    def _seq_of(self, c: Conn, sid: int, message_id: object) -> int | None:
+        """The position of the message with that id. O(log n)."""
+        if not _usable_id(message_id):
+            return None
+        row = c.execute(f"SELECT seq FROM {self._s}.messages WHERE session = %s AND id = %s",
+                        (sid, message_id)).fetchone()
+        return None if row is None else int(row[0])
+
+    def _find_valid(self, c: Conn, s: SessionRow, message_id: str) -> int:
+        """The position of ``message_id`` for a mutation: MessageNotFoundError when absent,
+        CorruptTranscriptError when its row does not parse."""
+        seq = self._seq_of(c, s.id, message_id)
+        if seq is None:
+            raise MessageNotFoundError(key=s.key, message_id=message_id)
+        self._strict(c, s, self._rows(c, s.id, seq, seq + 1))
+        return seq
+
+    def _existing(self, c: Conn, key: str, *, for_update: bool = False) -> SessionRow:
+        s = self._session(c, key, for_update=for_update)
+        if s is None:
+            raise SessionNotFoundError(key=key)
+        return s
+
+    # -- counting and lookup ---------------------------------------------------------------
+    def get_message_count(self, key: str) -> int:
+        """How many messages (rows) the session holds; :class:`SessionNotFoundError` for a
+        missing session. O(1): the counter column kept by every writer."""
+        validate_key(key)
+        return self._db.read(lambda c: self._existing(c, key).count)  # type: ignore[no-any-return]
+
+    def get_message(self, key: str, message_id: str) -> ChatMessage | None:
+        """The message with id ``message_id``; None when the session has none (or does not
+        exist, or that row does not parse: logged). O(log n) through the id index."""
+        validate_key(key)
+        if not _usable_id(message_id):
+            return None
+        row = self._db.read(lambda c: c.execute(
+            f"SELECT m.seq, m.line FROM {self._s}.messages m JOIN {self._s}.sessions s ON m.session = s.id "
+            "WHERE s.key = %s AND m.id = %s", (key, message_id)).fetchone())
+        if row is None:
+            return None
+        got = rows.decode_rows([(row[0], row[1].encode())], key=key, path=self._where_text, strict=False)
+        return got[0] if got else None
+
+    def get_messages(self, key: str, *, limit: int | None = None, offset: int = 0) -> list[ChatMessage]:
+        """The messages at positions ``[offset, offset + limit)`` (all from ``offset`` when
+        ``limit`` is None), oldest first. :class:`SessionNotFoundError` for a missing
+        session, ValueError for a negative ``limit`` / ``offset``. A row that does not
+        parse is skipped (logged). Cost: O(log n + window)."""
+        check_window(limit, offset)
+        validate_key(key)
+
+        def read(c: Conn) -> list[tuple[int, bytes]]:
+            s = self._existing(c, key)
+            if limit == 0:
+                return []
+            return self._rows(c, s.id, offset, None if limit is None else offset + limit)
+
+        return rows.decode_rows(self._db.read(read), key=key, path=self._where_text, strict=False)
+
+    # -- pages -------------------------------------------------------------------------------
+    def page(
+        self,
+        key: str,
+        *,
+        limit: int = 100,
+        before: str | None = None,
+        after: str | None = None,
+        ts_before: int | None = None,
+        breakpoint: bool = False,
+        whole_turns: bool = False,
+    ) -> Page:
+        """One page of messages, oldest first, with the JSONL backend's semantics (see
+        :meth:`jsonl_sessions.SessionStore.page`). Raises :class:`SessionNotFoundError`,
+        :class:`MessageNotFoundError` (unknown cursor), ValueError (``limit < 1``, both
+        cursors). One ``REPEATABLE READ READ ONLY`` transaction, rows by ``(session,
+        seq)``. Cost: O(log n) to find a cursor plus O(page) rows (``ts_before`` reads the
+        rows it skips)."""
+        check_page_arguments(limit, before, after, ts_before)
+        validate_key(key)
+        reading = Reading(ts_before)
+        chunk = min(limit + 1, 4096)
+
+        def read(c: Conn) -> Page:
+            s = self._existing(c, key)
+            if after is None:
+                end, newer = (s.count, False) if before is None else (self._cursor(c, s, before), True)
+                return page_back(Lines(self._chunks(c, s.id, end, chunk, back=True)), reading, limit, breakpoint,
+                                 whole_turns, newer)
+            start = 0 if after == "" else self._cursor(c, s, after) + 1
+            return page_forward(Lines(self._chunks(c, s.id, start, chunk, back=False)), reading, limit, breakpoint,
+                                whole_turns, lambda seq, tool_call_id: self._call_before(c, s.id, seq, tool_call_id),
+                                lambda seq: seq == 0)
+
+        got = self._db.read(read)
+        _warn(reading, key, self._where_text)
+        return got
+
+    def _cursor(self, c: Conn, s: SessionRow, message_id: str) -> int:
+        seq = self._seq_of(c, s.id, message_id)
+        if seq is None:
+            raise MessageNotFoundError(key=s.key, message_id=message_id)
+        return seq
+
+    def _call_before(self, c: Conn, sid: int, seq: int, tool_call_id: str) -> bool:
+        """Whether the call of ``tool_call_id`` is among the TURN_SEARCH_LINES rows before ``seq``."""
+        for (line,) in c.execute(f"SELECT line FROM {self._s}.messages WHERE session = %s AND seq < %s AND seq >= %s "
+                                 "AND strpos(line, 'tool_calls') > 0 ORDER BY seq DESC",
+                                 (sid, seq, seq - TURN_SEARCH_LINES)):
+            found = decode_or_none(line.encode())
+            if found is not None and calls(found, tool_call_id):
+                return True
+        return False
+
+    # -- fork and revert ---------------------------------------------------------------------
+    def copy_messages(self, source: str, target: str, *, up_to_message_id: str | None = None) -> str | None:
+        """Fork: create ``target`` holding ``source``'s messages up to and including
+        ``up_to_message_id`` (all when None), rows copied verbatim inside the server (same
+        ids, timestamps, bytes); record ``parent`` and ``fork_point`` (and the source's
+        breadcrumb flag) in the target's metadata. Returns the fork-point id; None when
+        nothing was copied. Holds both sessions' guards, taken in sorted order.
+
+        Raises :class:`SessionNotFoundError` (missing source), :class:`SessionExistsError`
+        (the target exists, also when it is the source), :class:`MessageNotFoundError`
+        (unknown id; nothing created), :class:`CorruptTranscriptError` (the named row does
+        not parse). One transaction. Cost: O(log n + copied rows)."""
+        validate_key(source)
+        validate_key(target)
+
+        def write(c: Conn) -> str | None:
+            src = self._existing(c, source, for_update=True)
+            if self._session(c, target) is not None:
+                raise SessionExistsError(key=target)
+            if up_to_message_id is None:
+                end = src.count
+                fork_point = self._last_id(c, src.id)
+            else:
+                end = self._find_valid(c, src, up_to_message_id) + 1
+                fork_point = up_to_message_id
+            meta = sidecar.new_sidecar(target, self._clock(), self._meta(src).get("trim_breadcrumb"))
+            meta["parent"] = source
+            meta["fork_point"] = fork_point
+            sid = self._create(c, target, meta)
+            c.execute(f"INSERT INTO {self._s}.messages (session, seq, id, created_at, role, kind, line, folded) "
+                      f"SELECT %s, seq, id, created_at, role, kind, line, folded FROM {self._s}.messages "
+                      "WHERE session = %s AND seq < %s", (sid, src.id, end))
+            row = c.execute(f"SELECT count(*), coalesce(sum(octet_length(line) + 1), 0) FROM {self._s}.messages "
+                            "WHERE session = %s", (sid,)).fetchone()
+            assert row is not None
+            self._set_counts(c, sid, int(row[0]), int(row[1]))
+            return fork_point
+
+        return self._db.write([source, target], write, name=source)
+
+    def truncate_messages(self, key: str, up_to_message_id: str) -> int:
+        """Revert: keep the messages up to and including ``up_to_message_id``, remove the
+        newer ones; how many were removed. Raises :class:`SessionNotFoundError`,
+        :class:`MessageNotFoundError` (unknown id) and :class:`CorruptTranscriptError` (a
+        removed row, or the named one, does not parse), each with nothing changed. One
+        transaction. Cost: O(log n + removed rows)."""
+        validate_key(key)
+
+        def write(c: Conn) -> int:
+            s = self._existing(c, key, for_update=True)
+            keep = self._find_valid(c, s, up_to_message_id) + 1
+            removed = self._rows(c, s.id, keep)
+            if not removed:
+                return 0
+            self._strict(c, s, removed)
+            c.execute(f"DELETE FROM {self._s}.messages WHERE session = %s AND seq >= %s", (s.id, keep))
+            self._set_counts(c, s.id, keep, s.size - rows.sizes([line for _, line in removed]))
+            return len(removed)
+
+        return self._db.write([key], write)
+
+
+__all__ = ["HistoryMethods"]
