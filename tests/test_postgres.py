@@ -306,3 +306,47 @@ def test_verify_finds_planted_inconsistencies(pg_store: Any) -> None:
         conn.execute(f"UPDATE {s}.messages SET role = 'system' WHERE seq = 1")
     kinds = {f.kind for f in pg_store.verify().findings}
     assert kinds == {"counters", "meta-columns", "index-mismatch"}, kinds
+
+
+# -- the async twin -------------------------------------------------------------------------
+def test_async_twin_is_an_async_backend_and_never_blocks_the_loop(pg_dsn: str, pg_schema: str) -> None:
+    """Every contract method is a coroutine with the sync store's results; a call waiting
+    for a guard held elsewhere does not stop other coroutines from running."""
+    import asyncio
+    import threading
+
+    from jsonl_sessions import AsyncSessionBackend
+    from jsonl_sessions.postgres import AsyncPostgresSessionStore
+
+    async def main() -> None:
+        astore = await AsyncPostgresSessionStore.open(pg_dsn, schema=pg_schema, pool_size=4)
+        assert isinstance(astore, AsyncSessionBackend)
+        first = await astore.append("k", {"role": "user", "content": "a"})
+        ids = await astore.append_many("k", [{"role": "assistant", "content": "b"}])
+        assert await astore.get_message_count("k") == 2
+        page = await astore.page("k", limit=1)
+        assert [m.id for m in page.messages] == ids and page.before == ids[0] and first < ids[0]
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with astore.sync.lock("k"):
+                held.set()
+                release.wait(30)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert await asyncio.to_thread(held.wait, 30)
+        waiting = asyncio.ensure_future(astore.append("k", {"role": "user", "content": "c"}))
+        ticks = 0
+        for _ in range(20):  # the loop keeps running while the append waits for the guard
+            await asyncio.sleep(0.005)
+            ticks += 1
+        assert ticks == 20 and not waiting.done()
+        release.set()
+        await waiting
+        holder.join()
+        assert [m.content for m in await astore.load("k")] == ["a", "b", "c"]
+        assert await astore.delete_session("k") is True
+        await astore.aclose()
+
+    asyncio.run(main())
