@@ -84,6 +84,7 @@ class PostgresCore:
         pool_size: int = 10,
         prepare_threshold: int | None = 5,
         keepalives_idle: int = 30,
+        application_name: str = "jsonl_sessions",
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Callable[[], int] | None = None,
     ) -> None:
@@ -101,7 +102,7 @@ class PostgresCore:
         self._db = Database(dsn, pool, schema=schema, durability=durability, lock_timeout=lock_timeout,
                             statement_timeout=statement_timeout, connect_timeout=connect_timeout,
                             pool_size=pool_size, prepare_threshold=prepare_threshold,
-                            keepalives_idle=keepalives_idle)
+                            keepalives_idle=keepalives_idle, application_name=application_name)
         self._where_text = f"{self._db.dsn} schema {schema}"
         try:
             if self._db.read(lambda c: current_version(c, self._s, schema)) != SCHEMA_VERSION:

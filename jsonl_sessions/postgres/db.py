@@ -118,6 +118,7 @@ class Database:
         pool_size: int,
         prepare_threshold: int | None,
         keepalives_idle: int,
+        application_name: str,
     ) -> None:
         if (conninfo is None) == (pool is None):
             raise ValueError("give a DSN or a pool (not both)")
@@ -136,6 +137,7 @@ class Database:
             "keepalives_idle": keepalives_idle,
             "keepalives_interval": max(1, keepalives_idle // 3),
             "keepalives_count": 3,
+            "application_name": application_name,
         }
         sync = "on" if durability == "fsync" else "off"
         settings = (f"SET LOCAL synchronous_commit = {sync}; SET LOCAL lock_timeout = {_ms(lock_timeout)}; "

@@ -27,8 +27,8 @@ class PostgresSessionStore(HistoryMethods, MetadataMethods):
 
     ``PostgresSessionStore(dsn=None, *, pool=None, schema="jsonl_sessions",
     durability="fsync", lock_timeout=30.0, statement_timeout=60.0, connect_timeout=10.0,
-    pool_size=10, prepare_threshold=5, keepalives_idle=30, max_message_bytes=16 MiB,
-    clock=None)``: a libpq DSN (the store keeps a pool per process) or a
+    pool_size=10, prepare_threshold=5, keepalives_idle=30, application_name="jsonl_sessions",
+    max_message_bytes=16 MiB, clock=None)``: a libpq DSN (the store keeps a pool per process) or a
     :class:`psycopg_pool.ConnectionPool` of the caller's (autocommit connections are
     not required: every transaction is explicit). The schema is created and migrated on
     first use. Thread-safe; any number of processes and machines may use one schema.
