@@ -303,3 +303,16 @@ def test_server_restart_mid_run(own_cluster: Any, mode: str) -> None:
     stored = {m.id for m in store.try_load("k")}
     assert set(acked) <= stored
     store.close()
+
+
+def test_the_first_calls_after_a_restart_succeed_on_fresh_connections(own_cluster: Any) -> None:
+    """The pool's idle connections died with the old server: the first read and the first
+    write notice it before anything was sent, check the pool and run on a new connection."""
+    store = _store(own_cluster.dsn, "restart", connect_timeout=5)
+    store.append("k", {"role": "user", "content": "before"})
+    own_cluster.restart("fast")
+    assert [m.content for m in store.load("k")] == ["before"]
+    own_cluster.restart("fast")
+    store.append("k", {"role": "user", "content": "after"})
+    assert [m.content for m in store.load("k")] == ["before", "after"]
+    store.close()
