@@ -455,13 +455,13 @@ class PostgresCore:
     def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
         validate_key(key)
         msgs = [as_message(m) for m in messages]
-        recs = assign_ids(key, msgs, None, self._clock())
-        lines = self._encode(key, recs)
 
         def write(c: Conn) -> bool:
             s = self._session(c, key, for_update=True)
             if if_exists and s is None:
-                return False
+                return False  # checked before the messages: a missing session is never an error
+            recs = assign_ids(key, msgs, None, self._clock())
+            lines = self._encode(key, recs)
             if s is None:
                 sid = self._create(c, key, sidecar.new_sidecar(key, self._clock(), bool(breadcrumb)))
             else:
