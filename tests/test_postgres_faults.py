@@ -288,7 +288,7 @@ def test_server_restart_mid_run(own_cluster: Any, mode: str) -> None:
         while len(acked) < 5:
             time.sleep(0.01)
         own_cluster.stop(mode)
-        time.sleep(0.5)
+        time.sleep(2.0)  # longer than connect_timeout: calls meanwhile must fail, typed
         before = len(acked)
         own_cluster.start()
         deadline = time.monotonic() + 30

@@ -11,8 +11,10 @@ one committed snapshot without waiting for writers.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import ConnectionPool
@@ -25,7 +27,7 @@ from ..rules import check_options
 from ..sqlite import rows
 from ..sqlite.base import DEFAULT_MAX_MESSAGE_BYTES
 from ..types import ChatMessage, Durability, MessageLike, TimestampedMessage, as_message
-from .db import Conn, Database, quoted
+from .db import Conn, Database, lit, quoted
 from .schema import SCHEMA_VERSION, current_version, upgrade
 
 if TYPE_CHECKING:
@@ -44,6 +46,25 @@ class SessionRow:
         self.id, self.meta, self.count, self.size, self.activity_ns = row
 
 
+_NUL_ESCAPE = re.compile("\x01(.)", re.DOTALL)
+
+
+def nul_free(text: str | None) -> str | None:
+    """``text`` as a ``text`` value: PostgreSQL's ``text`` cannot hold NUL, so a value
+    holding NUL or U+0001 is escaped (U+0001 -> U+0001 U+0001, NUL -> U+0001 U+0002),
+    reversibly and injectively: equal values stay equal, others stay apart."""
+    if text is None or ("\x00" not in text and "\x01" not in text):
+        return text
+    return text.replace("\x01", "\x01\x01").replace("\x00", "\x01\x02")
+
+
+def nul_back(text: str | None) -> str | None:
+    """The value :func:`nul_free` escaped."""
+    if text is None or "\x01" not in text:
+        return text
+    return _NUL_ESCAPE.sub(lambda m: "\x00" if m.group(1) == "\x02" else m.group(1), text)
+
+
 def folded(line: bytes) -> str | None:
     """The searchable text of a line, case-folded (``str.casefold``), parts joined by a
     newline; None when the line does not parse or the text holds a NUL (``text`` cannot),
@@ -58,14 +79,15 @@ def folded(line: bytes) -> str | None:
 def columns(line: bytes, record: Mapping[str, Any] | None = None) -> tuple[Any, ...]:
     """The index columns of a line (``id, created_at, role, kind``; from ``record`` when
     given), then the line as text and its folded text. An id of "" is stored as NULL (the
-    ``UNIQUE (session, id)`` index then ignores it), as is a ``created_at`` out of bigint range."""
+    ``UNIQUE (session, id)`` index then ignores it), as is a ``created_at`` out of bigint range;
+    text columns go through :func:`nul_free`."""
     if record is None:
         mid, created, role, kind = rows.index_of(line)
     else:
         mid, created, role, kind = record["id"], record["created_at"], record["role"], record["kind"]
     if not isinstance(created, int) or not -_INT64 <= created < _INT64:
         created = None
-    return mid or None, created, role, kind, line.decode("utf-8"), folded(line)
+    return nul_free(mid or None), created, nul_free(role), nul_free(kind), line.decode("utf-8"), folded(line)
 
 
 class PostgresCore:
@@ -187,11 +209,11 @@ class PostgresCore:
         """The id of the newest row (before position ``before``) that has one. O(log n)."""
         row = c.execute(f"SELECT id FROM {self._s}.messages WHERE session = %s AND seq < %s AND id IS NOT NULL "
                         "ORDER BY seq DESC LIMIT 1", (sid, _INT64 - 1 if before is None else before)).fetchone()
-        return None if row is None else row[0]
+        return None if row is None else nul_back(row[0])
 
     def _has_id(self, c: Conn, sid: int, message_id: str) -> bool:
         return c.execute(f"SELECT 1 FROM {self._s}.messages WHERE session = %s AND id = %s",
-                         (sid, message_id)).fetchone() is not None
+                         (sid, nul_free(message_id))).fetchone() is not None
 
     def _check_clean(self, c: Conn, s: SessionRow, start: int = 0) -> int:
         """Refuse (:class:`CorruptTranscriptError`) to drop rows from ``start`` on when one of
@@ -232,8 +254,8 @@ class PostgresCore:
     @staticmethod
     def _meta_columns(meta: Mapping[str, Any]) -> tuple[str, str | None, str | None, str | None]:
         """The ``meta`` text and the columns copied from it."""
-        return (rows.encode_meta(meta).decode(), sidecar.text(meta, "agent_alias"), sidecar.text(meta, "principal_id"),
-                sidecar.state(meta))
+        return (rows.encode_meta(meta).decode(), nul_free(sidecar.text(meta, "agent_alias")),
+                nul_free(sidecar.text(meta, "principal_id")), nul_free(sidecar.state(meta)))
 
     def _set_counts(self, c: Conn, sid: int, count: int, size: int) -> None:
         c.execute(f"UPDATE {self._s}.sessions SET message_count = %s, size_bytes = %s, activity_ns = %s WHERE id = %s",
@@ -296,7 +318,8 @@ class PostgresCore:
 
     def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
         """Like :meth:`load`, each message with its ``created_at`` as an aware UTC datetime."""
-        return [TimestampedMessage(m, sidecar.from_ms(m.created_at)) for m in self.load(key)]
+        return [TimestampedMessage(m, None if m.created_at is None else
+                                   datetime.fromtimestamp(m.created_at / 1000, tz=timezone.utc)) for m in self.load(key)]
 
     def session_exists(self, key: str) -> bool:
         """Whether the session exists. O(log sessions)."""
@@ -327,22 +350,41 @@ class PostgresCore:
         if not msgs:
             return []
 
-        def write(c: Conn) -> list[dict[str, Any]]:
-            s = self._session(c, key, for_update=True)
-            if s is None:
+        s = self._s
+        first = (f"SELECT x.id, x.message_count, x.size_bytes, (SELECT m.id FROM {s}.messages m WHERE m.session = x.id "
+                 f"AND m.id IS NOT NULL ORDER BY m.seq DESC LIMIT 1) FROM {s}.sessions x WHERE x.key = {lit(key)} "
+                 "FOR UPDATE OF x")
+
+        def write(c: Conn, row: Any) -> tuple[list[dict[str, Any]], str]:
+            # Two round trips: the session row and its last id come with BEGIN and the lock;
+            # the rows, the counters (or the new session) go with COMMIT.
+            if row is None:
                 recs = assign_ids(key, msgs, None, self._clock())
                 lines = self._encode(key, recs)
-                sid, count, size = self._create(c, key, sidecar.new_sidecar(key, self._clock())), 0, 0
-            else:
-                sid, count, size = s.id, s.count, s.size
-                recs = assign_ids(key, msgs, self._last_id(c, sid), self._clock(),
-                                  lambda mid: self._has_id(c, sid, mid))
-                lines = self._encode(key, recs)
-            self._insert(c, sid, count, lines, recs)
-            self._set_counts(c, sid, count + len(lines), size + rows.sizes(lines))
-            return recs
+                meta = self._meta_columns(sidecar.new_sidecar(key, self._clock()))
+                return recs, (f"WITH x AS (INSERT INTO {s}.sessions (key, meta, agent_alias, principal_id, state, "
+                              f"message_count, size_bytes, activity_ns) VALUES ({lit(key)}, "
+                              f"{', '.join(map(lit, meta))}, {len(lines)}, {rows.sizes(lines)}, {time.time_ns()}) "
+                              f"RETURNING id) {self._insert_sql('x.id', 0, lines, recs, 'x, ')}")
+            sid, count, size, last = row
+            recs = assign_ids(key, msgs, nul_back(last), self._clock(), lambda mid: self._has_id(c, sid, mid))
+            lines = self._encode(key, recs)
+            return recs, (f"WITH i AS ({self._insert_sql(str(int(sid)), count, lines, recs)}) UPDATE {s}.sessions "
+                          f"SET message_count = {count + len(lines)}, size_bytes = {size + rows.sizes(lines)}, "
+                          f"activity_ns = {time.time_ns()} WHERE id = {int(sid)}")
 
-        return [r["id"] for r in self._db.write([key], write)]
+        return [r["id"] for r in self._db.write_in_two([key], first, write)]
+
+    def _insert_sql(self, sid: str, first_seq: int, lines: Sequence[bytes], recs: Sequence[Mapping[str, Any]],
+                    source: str = "") -> str:
+        """The INSERT of ``lines`` at positions ``first_seq...`` of session ``sid`` (an SQL
+        expression), values inlined as literals (see :meth:`_insert` for the columns)."""
+        cols = list(zip(*(columns(line, rec) for line, rec in zip(lines, recs))))
+        arrays = ", ".join(f"{lit(list(values))}::{t}[]" for values, t in zip(
+            cols, ("text", "bigint", "text", "text", "text", "text")))
+        return (f"INSERT INTO {self._s}.messages (session, seq, id, created_at, role, kind, line, folded) "
+                f"SELECT {sid}, {int(first_seq)} + n - 1, i, t, r, k, l, f FROM {source}unnest({arrays}) "
+                "WITH ORDINALITY AS u(i, t, r, k, l, f, n)")
 
     # -- changing the end ------------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
@@ -368,7 +410,7 @@ class PostgresCore:
                 "size_bytes = x.size_bytes - octet_length(d.line) - 1, activity_ns = %(now)s FROM d "
                 "WHERE x.id = d.session RETURNING x.size_bytes) "
                 "SELECT d.seq, d.line, s.size_bytes FROM d, s",
-                {"key": key, "exp": expected_id, "now": time.time_ns()}).fetchone()
+                {"key": key, "exp": nul_free(expected_id), "now": time.time_ns()}).fetchone()
             if row is None:
                 return False
             seq, text, size = row
@@ -521,4 +563,4 @@ class PostgresCore:
                                                          (key,)).fetchone() is not None)
 
 
-__all__ = ["PostgresCore", "SessionRow", "columns", "folded"]
+__all__ = ["PostgresCore", "SessionRow", "columns", "folded", "nul_back", "nul_free"]

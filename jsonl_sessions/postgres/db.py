@@ -206,17 +206,28 @@ class Database:
         (none: only row locks), committed when it returns, rolled back when it raises.
         Raises :class:`LockTimeoutError`, :class:`DatabaseUnavailableError`,
         :class:`OutcomeUnknownError`; retries 40001 / 40P01 (``fn`` may run again)."""
+        return self.write_in_two(keys, None, lambda c, _row: (fn(c), None), name=name)
+
+    def write_in_two(self, keys: Sequence[str], first: str | None, fn: Callable[[Conn, Any], tuple[T, str | None]],
+                     *, name: str | None = None) -> T:
+        """:meth:`write` in as few round trips as the server allows: ``first`` (a statement
+        with its values inlined as literals) runs in the same request as BEGIN, the
+        settings and the lock, and ``fn(conn, its first row)`` returns the result and a
+        last statement (literals inlined, or None) sent with COMMIT. A call that needs
+        nothing else costs two round trips."""
         held = self._held()
         wanted = sorted({self.lock_key(k) for k in keys})
         take = [h for h in wanted if h not in held]
         pinned = sorted({held[h] for h in wanted if h in held})
         begin = self._begin_write + "".join(f"; SELECT pg_advisory_xact_lock({h})" for h in take)
+        if first is not None:
+            begin += "; " + first
         label = name if name is not None else (keys[0] if keys else None)
         attempt = 0
         replaced = False
         while True:
             try:
-                return self._write_once(begin, pinned, fn, label)
+                return self._write_once(begin, first is not None, pinned, fn, label)
             except _Retry as stale:
                 if replaced:
                     raise self._unavailable(stale.__cause__ or stale) from None
@@ -228,18 +239,24 @@ class Database:
                     raise self._unavailable(exc) from None
                 time.sleep(min(0.5, 0.005 * 2 ** attempt) * (0.5 + random.random()))
 
-    def _write_once(self, begin: str, pinned: list[int], fn: Callable[[Conn], T], label: str | None) -> T:
+    def _write_once(self, begin: str, has_first: bool, pinned: list[int],
+                    fn: Callable[[Conn, Any], tuple[T, str | None]], label: str | None) -> T:
         with self._connection() as conn:
             committing = False
             started = False
             try:
-                conn.execute(begin)
+                cur = conn.execute(begin, prepare=False)
                 started = True
+                row = None
+                if has_first:
+                    while cur.nextset():
+                        pass
+                    row = cur.fetchone()
                 if pinned:
                     self._check_pinned(conn, pinned)
-                result = fn(conn)
+                result, last = fn(conn, row)
                 committing = True
-                conn.execute("COMMIT")
+                conn.execute("COMMIT" if last is None else last + "; COMMIT", prepare=False)
                 return result
             except pgerrors.LockNotAvailable:
                 self._rollback(conn)
@@ -326,9 +343,15 @@ class Database:
                 self._rollback(conn)
 
 
+def lit(value: object) -> str:
+    """``value`` as an SQL literal (psycopg's quoting), for statements sent with others in
+    one request (the simple query protocol takes no parameters)."""
+    return sql.Literal(value).as_string(None)
+
+
 def quoted(schema: str) -> str:
     """The schema name as an SQL identifier."""
     return sql.Identifier(schema).as_string(None)
 
 
-__all__ = ["Conn", "Database", "key_hash", "quoted", "redacted"]
+__all__ = ["Conn", "Database", "key_hash", "lit", "quoted", "redacted"]

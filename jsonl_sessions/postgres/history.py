@@ -24,7 +24,7 @@ from ..rules import check_page_arguments, check_window
 from ..sqlite import rows
 from ..sqlite.history import _usable_id, _warn
 from ..types import ChatMessage, Page
-from .base import PostgresCore, SessionRow
+from .base import PostgresCore, SessionRow, nul_free
 from .db import Conn
 
 
@@ -51,7 +51,7 @@ class HistoryMethods(PostgresCore):
         if not _usable_id(message_id):
             return None
         row = c.execute(f"SELECT seq FROM {self._s}.messages WHERE session = %s AND id = %s",
-                        (sid, message_id)).fetchone()
+                        (sid, nul_free(str(message_id)))).fetchone()
         return None if row is None else int(row[0])
 
     def _find_valid(self, c: Conn, s: SessionRow, message_id: str) -> int:
@@ -84,7 +84,7 @@ class HistoryMethods(PostgresCore):
             return None
         row = self._db.read(lambda c: c.execute(
             f"SELECT m.seq, m.line FROM {self._s}.messages m JOIN {self._s}.sessions s ON m.session = s.id "
-            "WHERE s.key = %s AND m.id = %s", (key, message_id)).fetchone())
+            "WHERE s.key = %s AND m.id = %s", (key, nul_free(message_id))).fetchone())
         if row is None:
             return None
         got = rows.decode_rows([(row[0], row[1].encode())], key=key, path=self._where_text, strict=False)

@@ -23,7 +23,7 @@ from ..metafront import MetadataFront
 from ..rules import check_number, check_query, check_text
 from ..sqlite import rows
 from ..types import SessionMetadata, SessionQuery
-from .base import PostgresCore, SessionRow
+from .base import PostgresCore, SessionRow, nul_free
 from .db import Conn
 
 
@@ -86,7 +86,7 @@ class MetadataMethods(PostgresCore, MetadataFront):
 
         def write(c: Conn) -> bool:
             row = c.execute(f"DELETE FROM {self._s}.sessions WHERE key = %s AND principal_id = %s RETURNING meta",
-                            (key, owner)).fetchone()
+                            (key, nul_free(owner))).fetchone()
             if row is None:
                 return False
             if sidecar.text(rows.decode_meta(row[0], key, self._where_text), "principal_id") != owner:
@@ -104,7 +104,7 @@ class MetadataMethods(PostgresCore, MetadataFront):
 
         def write(c: Conn) -> int:
             changed = 0
-            for s, meta in self._all(c, "WHERE agent_alias = %s", (old,), for_update=True):
+            for s, meta in self._all(c, "WHERE agent_alias = %s", (nul_free(old),), for_update=True):
                 if meta is None or sidecar.text(meta, "agent_alias") != old:
                     continue
                 meta["agent_alias"] = new

@@ -20,6 +20,7 @@ from ..errors import CorruptMetadataError
 from ..sqlite import rows
 from ..sqlite.verify import KINDS as SQLITE_KINDS
 from ..sqlite.verify import Finding, VerifyReport, check_rows
+from .base import nul_back
 from .db import Conn
 from .schema import SCHEMA_VERSION, current_version
 
@@ -31,8 +32,9 @@ KINDS = {**{k: v for k, v in SQLITE_KINDS.items() if k != "integrity"},
 
 def _normalised(got: Any) -> Iterator[tuple[int, Any, Any, Any, Any, bytes]]:
     seen: set[str] = set()
-    for seq, mid, created, role, kind, text in got:
+    for seq, col_id, created, col_role, col_kind, text in got:
         line = text.encode()
+        mid, role, kind = nul_back(col_id), nul_back(col_role), nul_back(col_kind)
         line_id, line_created, _role, _kind = rows.index_of(line)
         if mid is None and (line_id == "" or line_id in seen):
             mid = line_id
@@ -61,7 +63,7 @@ def verify(c: Conn, s: str, where: str) -> VerifyReport:
             findings.append(Finding("corrupt-meta", key, exc.reason or str(exc)))
         else:
             want = (sidecar.text(obj, "agent_alias"), sidecar.text(obj, "principal_id"), sidecar.state(obj))
-            if (alias, principal, state) != want:
+            if (nul_back(alias), nul_back(principal), nul_back(state)) != want:
                 findings.append(Finding("meta-columns", key, f"columns {(alias, principal, state)!r}, meta {want!r}"))
         got = c.execute(f"SELECT seq, id, created_at, role, kind, line FROM {s}.messages WHERE session = %s "
                         "ORDER BY seq", (sid,))
