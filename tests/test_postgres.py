@@ -371,3 +371,16 @@ def test_nul_and_u0001_in_indexed_text_round_trip(pg_store: Any) -> None:
     assert pg_store.remove_last("k", expected_id=weird) is True
     assert pg_store.delete_session_owned("k", "own\x00") is False
     assert pg_store.delete_session_owned("k", "own\x00er") is True
+
+
+def test_quotes_and_backslashes_in_keys_and_lines_round_trip(pg_store: Any) -> None:
+    """Appends send their values as literals inside one request: quotes, backslashes and
+    escape-looking text come back exactly."""
+    key = "it's \\ 'q' \\' E'\\x41' $$ $a$ ; --"
+    content = "\\x00 \\' '' \\\\ \"q\" \\u0041 ;'); DROP TABLE x; --"
+    mid = pg_store.append(key, {"role": "o'r\\", "kind": "k\\'", "content": content, "n\\'": "'"})
+    got = pg_store.get_message(key, mid)
+    assert got is not None and got.content == content and got.role == "o'r\\" and got.kind == "k\\'"
+    assert got.extra == {"n\\'": "'"}
+    assert pg_store.list_sessions() == [key]
+    assert pg_store.verify().ok

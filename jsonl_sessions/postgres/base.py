@@ -27,7 +27,7 @@ from ..rules import check_options
 from ..sqlite import rows
 from ..sqlite.base import DEFAULT_MAX_MESSAGE_BYTES
 from ..types import ChatMessage, Durability, MessageLike, TimestampedMessage, as_message
-from .db import Conn, Database, lit, quoted
+from .db import Conn, Database, bigint_array, lit, quoted, text_array
 from .schema import SCHEMA_VERSION, current_version, upgrade
 
 if TYPE_CHECKING:
@@ -379,9 +379,9 @@ class PostgresCore:
                     source: str = "") -> str:
         """The INSERT of ``lines`` at positions ``first_seq...`` of session ``sid`` (an SQL
         expression), values inlined as literals (see :meth:`_insert` for the columns)."""
-        cols = list(zip(*(columns(line, rec) for line, rec in zip(lines, recs))))
-        arrays = ", ".join(f"{lit(list(values))}::{t}[]" for values, t in zip(
-            cols, ("text", "bigint", "text", "text", "text", "text")))
+        mids, created, roles, kinds, texts, folds = zip(*(columns(line, rec) for line, rec in zip(lines, recs)))
+        arrays = ", ".join([text_array(mids), bigint_array(created), text_array(roles), text_array(kinds),
+                            text_array(texts), text_array(folds)])
         return (f"INSERT INTO {self._s}.messages (session, seq, id, created_at, role, kind, line, folded) "
                 f"SELECT {sid}, {int(first_seq)} + n - 1, i, t, r, k, l, f FROM {source}unnest({arrays}) "
                 "WITH ORDINALITY AS u(i, t, r, k, l, f, n)")

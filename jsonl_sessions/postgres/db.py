@@ -343,10 +343,27 @@ class Database:
                 self._rollback(conn)
 
 
-def lit(value: object) -> str:
-    """``value`` as an SQL literal (psycopg's quoting), for statements sent with others in
-    one request (the simple query protocol takes no parameters)."""
-    return sql.Literal(value).as_string(None)
+def lit(value: str | None) -> str:
+    """A text value as an SQL literal, for statements sent with others in one request (the
+    simple query protocol takes no parameters): an escape string (``E'...'``, read the
+    same whatever ``standard_conforming_strings`` says) with every backslash and quote
+    escaped, so nothing in it is read as an escape. The value holds no NUL (``text``
+    cannot; see ``nul_free``)."""
+    if value is None:
+        return "NULL"
+    if "\x00" in value:
+        raise ValueError("a text literal cannot hold NUL")
+    return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def text_array(values: Sequence[str | None]) -> str:
+    """A ``text[]`` literal of ``values`` (see :func:`lit`)."""
+    return "ARRAY[" + ",".join(map(lit, values)) + "]::text[]"
+
+
+def bigint_array(values: Sequence[int | None]) -> str:
+    """A ``bigint[]`` literal of ``values``."""
+    return "ARRAY[" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "]::bigint[]"
 
 
 def quoted(schema: str) -> str:
@@ -354,4 +371,4 @@ def quoted(schema: str) -> str:
     return sql.Identifier(schema).as_string(None)
 
 
-__all__ = ["Conn", "Database", "key_hash", "lit", "quoted", "redacted"]
+__all__ = ["Conn", "Database", "bigint_array", "key_hash", "lit", "quoted", "redacted", "text_array"]
