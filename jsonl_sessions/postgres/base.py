@@ -14,24 +14,20 @@ import contextlib
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from .. import codec, ids, records, sidecar
+from .. import codec, ids, records, rows, sidecar
 from ..assign import assign_ids, replacement_record
+from ..dbfront import DatabaseFront
 from ..errors import CorruptTranscriptError, SessionNotFoundError
 from ..keys import validate_key
 from ..rules import check_options
-from ..sqlite import rows
 from ..sqlite.base import DEFAULT_MAX_MESSAGE_BYTES
-from ..types import ChatMessage, Durability, MessageLike, TimestampedMessage, as_message
+from ..types import ChatMessage, Durability, MessageLike, as_message
 from .db import Conn, Database, bigint_array, lit, quoted, text_array
 from .schema import SCHEMA_VERSION, current_version, upgrade
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
 
 _INT64 = 2**63
 
@@ -90,8 +86,10 @@ def columns(line: bytes, record: Mapping[str, Any] | None = None) -> tuple[Any, 
     return nul_free(mid or None), created, nul_free(role), nul_free(kind), line.decode("utf-8"), folded(line)
 
 
-class PostgresCore:
+class PostgresCore(DatabaseFront):
     """A session store in a PostgreSQL schema: the core (see :class:`PostgresSessionStore`)."""
+
+    _db: Database
 
     def __init__(
         self,
@@ -125,7 +123,7 @@ class PostgresCore:
                             statement_timeout=statement_timeout, connect_timeout=connect_timeout,
                             pool_size=pool_size, prepare_threshold=prepare_threshold,
                             keepalives_idle=keepalives_idle, application_name=application_name)
-        self._where_text = f"{self._db.dsn} schema {schema}"
+        self._path = f"{self._db.dsn} schema {schema}"
         try:
             if self._db.read(lambda c: current_version(c, self._s, schema)) != SCHEMA_VERSION:
                 self._migrate()
@@ -136,7 +134,7 @@ class PostgresCore:
     def _migrate(self) -> None:
         pool = self._db.pool()
         with pool.connection() as conn:
-            upgrade(conn, self._s, self._schema, self._where_text)
+            upgrade(conn, self._s, self._schema, self._path)
 
     # -- properties ----------------------------------------------------------------------
     @property
@@ -147,28 +145,11 @@ class PostgresCore:
     @property
     def root(self) -> str:
         """Where the store is: the server (DSN without password) and the schema."""
-        return self._where_text
+        return self._path
 
     @property
     def path(self) -> str:
-        return self._where_text
-
-    @property
-    def durability(self) -> Durability:
-        return self._durability
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._db.dsn!r}, schema={self._schema!r}, durability={self._durability!r})"
-
-    def close(self) -> None:
-        """Close the store's pool in this process (not a pool passed in). Idempotent."""
-        self._db.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        return self._path
 
     # -- guard ---------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -224,12 +205,12 @@ class PostgresCore:
         """The messages of rows ``data`` (consecutive), or :class:`CorruptTranscriptError`
         naming the first that does not parse (its byte offset computed only then)."""
         try:
-            return rows.decode_rows(data, key=s.key, path=self._where_text, strict=True)
+            return rows.decode_rows(data, key=s.key, path=self._path, strict=True)
         except CorruptTranscriptError as exc:
             if not data or not data[0][0]:
                 raise
             base = self._offset_of(c, s.id, data[0][0])
-            raise rows.corrupt(s.key, self._where_text, (exc.line or 1) - 1, base + (exc.offset or 0),
+            raise rows.corrupt(s.key, self._path, (exc.line or 1) - 1, base + (exc.offset or 0),
                                exc.reason or "") from None
 
     def _insert(self, c: Conn, sid: int, first_seq: int, lines: Sequence[bytes],
@@ -267,9 +248,6 @@ class PostgresCore:
         self._insert(c, sid, 0, lines, recs)
         self._set_counts(c, sid, len(lines), rows.sizes(lines))
 
-    def _meta(self, s: SessionRow) -> dict[str, Any]:
-        return rows.decode_meta(s.meta, s.key, self._where_text)
-
     def _write_meta(self, c: Conn, s: SessionRow, meta: dict[str, Any]) -> None:
         meta["updated_at"] = self._clock()
         c.execute(f"UPDATE {self._s}.sessions SET meta = %s, agent_alias = %s, principal_id = %s, state = %s, "
@@ -287,25 +265,9 @@ class PostgresCore:
         try:
             return seq, line, codec.decode_record(line)
         except ValueError as exc:
-            raise rows.corrupt(s.key, self._where_text, seq, s.size - len(line) - 1, str(exc)) from None
-
-    # -- ids and encoding ------------------------------------------------------------------
-    def _encode(self, key: str, recs: Iterable[dict[str, Any]]) -> list[bytes]:
-        """The lines of ``recs`` (without newlines). SerializationError / InvalidMessageError."""
-        return [line[:-1] for line in codec.encode_records(recs, key, self._max_message_bytes)]
+            raise rows.corrupt(s.key, self._path, seq, s.size - len(line) - 1, str(exc)) from None
 
     # -- reading ---------------------------------------------------------------------------
-    def load(self, key: str) -> list[ChatMessage]:
-        """Every message, oldest first; ``[]`` for a missing session. Lenient: a row that
-        does not parse is skipped with a logged warning. One snapshot. Cost: O(messages)."""
-        return self._load(key, strict=False)
-
-    def try_load(self, key: str) -> list[ChatMessage]:
-        """Every message, oldest first; ``[]`` for a missing or empty session. Raises
-        :class:`CorruptTranscriptError` for a row that does not parse (its line number and
-        byte offset in the session's export). Cost: O(messages)."""
-        return self._load(key, strict=True)
-
     def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
         validate_key(key)
 
@@ -314,12 +276,7 @@ class PostgresCore:
                             "ON m.session = s.id WHERE s.key = %s ORDER BY m.seq", (key,))
             return [(seq, line.encode()) for seq, line in got]
 
-        return rows.decode_rows(self._db.read(read), key=key, path=self._where_text, strict=strict)
-
-    def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
-        """Like :meth:`load`, each message with its ``created_at`` as an aware UTC datetime."""
-        return [TimestampedMessage(m, None if m.created_at is None else
-                                   datetime.fromtimestamp(m.created_at / 1000, tz=timezone.utc)) for m in self.load(key)]
+        return rows.decode_rows(self._db.read(read), key=key, path=self._path, strict=strict)
 
     def session_exists(self, key: str) -> bool:
         """Whether the session exists. O(log sessions)."""
@@ -333,14 +290,6 @@ class PostgresCore:
                                                   .fetchall()))
 
     # -- appending -------------------------------------------------------------------------
-    def append(self, key: str, message: MessageLike) -> str:
-        """Append one message (creating the session if needed); its id. One transaction
-        under the session's guard, durable on return in fsync mode. SerializationError /
-        InvalidMessageError / DuplicateMessageError with nothing written. Cost: O(log n)."""
-        return self.append_many(key, (message,))[0]
-
-    append_message = append
-
     def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
         """Append several messages in one transaction (all or none); their ids. Ids come
         from the session's last id under the guard (never from the server's clock), so they
@@ -418,7 +367,7 @@ class PostgresCore:
             try:
                 record = codec.decode_record(line)
             except ValueError as exc:
-                raise rows.corrupt(key, self._where_text, seq, size - len(line) - 1, str(exc)) from None
+                raise rows.corrupt(key, self._path, seq, size - len(line) - 1, str(exc)) from None
             if expected_id is not None and (record.get("id") or "") != expected_id:
                 raise _Mismatch  # a row stored without its id column (repeated id): not the expected one
             return True
@@ -480,19 +429,6 @@ class PostgresCore:
             self._replace_rows(c, sid, lines, recs)
 
         self._db.write([key], write)
-
-    def replace_conversation_state(self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool) -> None:
-        """Replace the messages and the trim-breadcrumb flag in one transaction. Creates
-        the session if needed."""
-        self._replace_state(key, messages, breadcrumb_present, if_exists=False)
-
-    def replace_conversation_state_if_exists(
-        self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool
-    ) -> bool:
-        """Like :meth:`replace_conversation_state`, but only while the session exists: False,
-        nothing written, when it does not (the check and both writes are one transaction
-        under the guard, with the session row locked: a deleted session is never recreated)."""
-        return self._replace_state(key, messages, breadcrumb_present, if_exists=True)
 
     def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
         validate_key(key)

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .. import sidecar
+from .. import rows, sidecar
 from ..errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError
 from ..keys import validate_key
 from ..pagewalk import TURN_SEARCH_LINES, Item, Lines, Reading, page_back, page_forward
 from ..records import calls, decode_or_none
 from ..rules import check_page_arguments, check_window
-from ..sqlite import rows
 from ..sqlite.history import _usable_id, _warn
 from ..types import ChatMessage, Page
 from .base import PostgresCore, SessionRow, nul_free
@@ -87,7 +86,7 @@ class HistoryMethods(PostgresCore):
             "WHERE s.key = %s AND m.id = %s", (key, nul_free(message_id))).fetchone())
         if row is None:
             return None
-        got = rows.decode_rows([(row[0], row[1].encode())], key=key, path=self._where_text, strict=False)
+        got = rows.decode_rows([(row[0], row[1].encode())], key=key, path=self._path, strict=False)
         return got[0] if got else None
 
     def get_messages(self, key: str, *, limit: int | None = None, offset: int = 0) -> list[ChatMessage]:
@@ -104,7 +103,7 @@ class HistoryMethods(PostgresCore):
                 return []
             return self._rows(c, s.id, offset, None if limit is None else offset + limit)
 
-        return rows.decode_rows(self._db.read(read), key=key, path=self._where_text, strict=False)
+        return rows.decode_rows(self._db.read(read), key=key, path=self._path, strict=False)
 
     # -- pages -------------------------------------------------------------------------------
     def page(
@@ -141,7 +140,7 @@ class HistoryMethods(PostgresCore):
                                 lambda seq: seq == 0)
 
         got = self._db.read(read)
-        _warn(reading, key, self._where_text)
+        _warn(reading, key, self._path)
         return got
 
     def _cursor(self, c: Conn, s: SessionRow, message_id: str) -> int:

@@ -15,13 +15,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import records, sidecar
+from .. import records, rows, sidecar
 from ..compaction import CompactionReport, plan_lines
 from ..errors import CorruptMetadataError, CorruptTranscriptError, SessionNotFoundError
 from ..keys import validate_key
-from ..metafront import MetadataFront
 from ..rules import check_number, check_query, check_text
-from ..sqlite import rows
 from ..types import SessionMetadata, SessionQuery
 from .base import PostgresCore, SessionRow, nul_free
 from .db import Conn
@@ -32,7 +30,7 @@ def _named(meta: Mapping[str, Any] | None, needle: str) -> bool:
     return name is not None and needle in name.casefold()
 
 
-class MetadataMethods(PostgresCore, MetadataFront):
+class MetadataMethods(PostgresCore):
     """Part of :class:`PostgresSessionStore` (which inherits it)."""
 
     def _all(self, c: Conn, where: str = "", args: tuple[Any, ...] = (),
@@ -51,10 +49,6 @@ class MetadataMethods(PostgresCore, MetadataFront):
                 out.append((s, None))
         return out
 
-    @staticmethod
-    def _describe(s: SessionRow, meta: Mapping[str, Any] | None) -> SessionMetadata:
-        return sidecar.describe(s.key, meta, s.count, s.size, s.activity_ns)
-
     def _where(self, keep: Callable[[dict[str, Any] | None], bool]) -> list[SessionMetadata]:
         return [self._describe(s, meta) for s, meta in self._db.read(self._all) if keep(meta)]
 
@@ -64,10 +58,6 @@ class MetadataMethods(PostgresCore, MetadataFront):
         validate_key(key)
         s = self._db.read(lambda c: self._session(c, key))
         return None if s is None else self._describe(s, self._meta(s))
-
-    def list_sessions_with_metadata(self) -> list[SessionMetadata]:
-        """Every session's metadata, in key order (one snapshot). O(sessions)."""
-        return self._where(lambda _meta: True)
 
     # -- ownership ----------------------------------------------------------------------
     def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
@@ -89,7 +79,7 @@ class MetadataMethods(PostgresCore, MetadataFront):
                             (key, nul_free(owner))).fetchone()
             if row is None:
                 return False
-            if sidecar.text(rows.decode_meta(row[0], key, self._where_text), "principal_id") != owner:
+            if sidecar.text(rows.decode_meta(row[0], key, self._path), "principal_id") != owner:
                 raise _Disagrees
             return True
 
@@ -176,19 +166,6 @@ class MetadataMethods(PostgresCore, MetadataFront):
         return hits
 
     # -- compact / repair -----------------------------------------------------------------
-    def compact(self, key: str, *, repair: bool = False) -> int:
-        """Drop exact duplicates (a row with the same id and bytes as an earlier one); the
-        number dropped (0: nothing written). Refuses, with :class:`CorruptTranscriptError`
-        and nothing changed, a session holding a row that does not parse or a second row
-        with an earlier row's id but other bytes, unless ``repair=True``: then every row is
-        first copied to the ``quarantine`` table and the rewrite keeps every row that parses
-        (of rows sharing an id, the first). One transaction. Cost: O(rows)."""
-        report = self.compaction_report(key, repair=repair)
-        if report.quarantine is not None:
-            rows.log.warning("compact(repair=True) of session %r: its original rows are kept in %s", key,
-                             report.quarantine)
-        return report.dropped
-
     def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
         """:meth:`compact` returning its whole report (the plan, and after a repair where the
         original rows are). Same errors, atomicity and cost."""
@@ -204,14 +181,14 @@ class MetadataMethods(PostgresCore, MetadataFront):
             if plan.problem is not None:
                 p = plan.problem
                 if not repair:
-                    raise CorruptTranscriptError(key=key, path=self._where_text, line=p.line, offset=p.offset,
+                    raise CorruptTranscriptError(key=key, path=self._path, line=p.line, offset=p.offset,
                                                  reason=p.reason)
                 row = c.execute("SELECT nextval(%s::regclass)", (f"{self._s}.repairs",)).fetchone()
                 assert row is not None
                 c.execute(f"INSERT INTO {self._s}.quarantine (repair, session_key, taken_at, seq, line) "
                           "SELECT %s, %s, %s, s, l FROM unnest(%s::bigint[], %s::text[]) AS u(s, l)",
                           (row[0], key, self._clock(), [seq for seq, _ in data], [line.decode() for _, line in data]))
-                saved = f"the quarantine table of {self._where_text} (repair {row[0]})"
+                saved = f"the quarantine table of {self._path} (repair {row[0]})"
             if plan.dropped:
                 self._replace_rows(c, s.id, [line[:-1] for line in plan.kept])
             return CompactionReport(key, plan, saved, False)

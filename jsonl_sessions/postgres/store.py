@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from .. import rows
 from ..aio import AsyncSessionStore
 from ..errors import SessionExistsError
 from ..keys import validate_key
-from ..sqlite import rows
 from ..sqlite.store import SessionSnapshot
 from .db import Conn
 from .history import HistoryMethods
@@ -51,7 +51,7 @@ class PostgresSessionStore(HistoryMethods, MetadataMethods):
     def verify(self) -> VerifyReport:
         """A read-only health check of the store's invariants (see
         :mod:`jsonl_sessions.postgres.verify`). One snapshot. Cost: O(total bytes)."""
-        return self._db.read(lambda c: verify(c, self._s, self._where_text))
+        return self._db.read(lambda c: verify(c, self._s, self._path))
 
     def export_session(self, key: str) -> SessionSnapshot | None:
         """The session as stored (one snapshot); None when it does not exist.

@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .. import sidecar
+from .. import rows, sidecar
 from ..errors import CorruptMetadataError
-from ..sqlite import rows
 from ..sqlite.verify import KINDS as SQLITE_KINDS
 from ..sqlite.verify import Finding, VerifyReport, check_rows
 from .base import nul_back

@@ -13,24 +13,19 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .. import codec, ids, sidecar
+from .. import codec, ids, rows, sidecar
 from ..assign import assign_ids, replacement_record
+from ..dbfront import DatabaseFront
 from ..errors import (
     CorruptTranscriptError,
-    InvalidMessageError,
     SessionNotFoundError,
 )
 from ..keys import validate_key
 from ..rules import check_options
-from ..types import ChatMessage, Durability, MessageLike, TimestampedMessage, as_message
-from . import rows
+from ..types import ChatMessage, Durability, MessageLike, as_message
 from .db import Database
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
 
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
@@ -48,8 +43,10 @@ class SessionRow:
 _SESSION_COLUMNS = "id, meta, message_count, size_bytes, activity_ns"
 
 
-class SqliteCore:
+class SqliteCore(DatabaseFront):
     """A session store in one SQLite file: the core (see :class:`SqliteSessionStore`)."""
+
+    _db: Database
 
     def __init__(
         self,
@@ -81,23 +78,6 @@ class SqliteCore:
     def root(self) -> str:
         """The database file (the JSONL backend's ``root`` is its directory)."""
         return self._path
-
-    @property
-    def durability(self) -> Durability:
-        return self._durability
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._path!r}, durability={self._durability!r})"
-
-    def close(self) -> None:
-        """Close the store's connections (of every thread). Further calls raise ValueError."""
-        self._db.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- guard ---------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -184,9 +164,6 @@ class SqliteCore:
         self._insert(c, sid, 0, lines, records)
         self._set_counts(c, sid, len(lines), rows.sizes(lines))
 
-    def _meta(self, s: SessionRow) -> dict[str, Any]:
-        return rows.decode_meta(s.meta, s.key, self._path)
-
     def _write_meta(self, c: sqlite3.Connection, s: SessionRow, meta: dict[str, Any]) -> None:
         meta["updated_at"] = self._clock()
         c.execute("UPDATE sessions SET meta = ?, activity_ns = ? WHERE id = ?",
@@ -218,32 +195,7 @@ class SqliteCore:
         """Records with ids and times for ``messages`` (see :func:`assign.assign_ids`)."""
         return assign_ids(key, messages, previous, self._clock(), exists)
 
-    def _encode(self, key: str, records: Iterable[dict[str, Any]]) -> list[bytes]:
-        """The lines of ``records`` (without newlines). SerializationError /
-        InvalidMessageError (over ``max_message_bytes``, counting the newline)."""
-        limit = self._max_message_bytes
-        out = []
-        for record in records:
-            line = codec.encode_record(record, key)
-            if len(line) > limit:
-                raise InvalidMessageError(key=key, message_id=record["id"],
-                                          reason=f"message is {len(line)} bytes, over max_message_bytes={limit}")
-            out.append(line[:-1])
-        return out
-
     # -- reading ---------------------------------------------------------------------------
-    def load(self, key: str) -> list[ChatMessage]:
-        """Every message, oldest first; ``[]`` for a missing session. Lenient: a row that
-        does not parse is skipped with a logged warning, never raised (use :meth:`try_load`
-        before writing a history back). One read transaction. Cost: O(messages)."""
-        return self._load(key, strict=False)
-
-    def try_load(self, key: str) -> list[ChatMessage]:
-        """Every message, oldest first; ``[]`` for a missing or empty session. Raises
-        :class:`CorruptTranscriptError` for a row that does not parse (its line number and
-        byte offset in the session's export). Cost: O(messages)."""
-        return self._load(key, strict=True)
-
     def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
         validate_key(key)
         with self._db.read() as c:
@@ -252,14 +204,6 @@ class SqliteCore:
                 return []
             data = self._rows(c, s.id)
         return rows.decode_rows(data, key=key, path=self._path, strict=strict)
-
-    def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
-        """Like :meth:`load`, each message with its ``created_at`` as an aware UTC datetime."""
-        out = []
-        for m in self.load(key):
-            ms = m.created_at
-            out.append(TimestampedMessage(m, None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)))
-        return out
 
     def session_exists(self, key: str) -> bool:
         """Whether the session exists. O(log sessions)."""
@@ -273,14 +217,6 @@ class SqliteCore:
             return sorted(k for (k,) in c.execute("SELECT key FROM sessions"))
 
     # -- appending -------------------------------------------------------------------------
-    def append(self, key: str, message: MessageLike) -> str:
-        """Append one message (creating the session if needed); its id. One transaction,
-        durable on return in fsync mode. SerializationError / InvalidMessageError /
-        DuplicateMessageError with nothing written. Cost: O(log n)."""
-        return self.append_many(key, (message,))[0]
-
-    append_message = append
-
     def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
         """Append several messages in one transaction (all or none); their ids."""
         validate_key(key)
@@ -364,19 +300,6 @@ class SqliteCore:
                 self._check_clean(c, s)
                 sid = s.id
             self._replace_rows(c, sid, lines, records)
-
-    def replace_conversation_state(self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool) -> None:
-        """Replace the messages and the trim-breadcrumb flag in one transaction (one
-        crash-atomic unit). Creates the session if needed."""
-        self._replace_state(key, messages, breadcrumb_present, if_exists=False)
-
-    def replace_conversation_state_if_exists(
-        self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool
-    ) -> bool:
-        """Like :meth:`replace_conversation_state`, but only while the session exists: False,
-        nothing written, when it does not (a deleted session is never recreated: the check
-        and the write are one transaction)."""
-        return self._replace_state(key, messages, breadcrumb_present, if_exists=True)
 
     def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
         validate_key(key)

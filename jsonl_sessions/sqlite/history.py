@@ -15,14 +15,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
-from .. import sidecar
+from .. import rows, sidecar
 from ..errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError
 from ..keys import validate_key
 from ..pagewalk import TURN_SEARCH_LINES, Item, Lines, Reading, page_back, page_forward
 from ..records import calls, decode_or_none
 from ..rules import check_page_arguments, check_window
 from ..types import ChatMessage, Page
-from . import rows
 from .base import SessionRow, SqliteCore
 
 

@@ -15,23 +15,21 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from .. import records, sidecar
+from .. import records, rows, sidecar
 from ..compaction import CompactionReport, plan_lines
 from ..errors import CorruptMetadataError, CorruptTranscriptError, SessionNotFoundError
 from ..keys import validate_key
-from ..metafront import MetadataFront
 from ..rules import check_number, check_query, check_text
 from ..types import SessionMetadata, SessionQuery
-from . import rows
 from .base import SessionRow, SqliteCore
 
 _ALL = "SELECT key, id, meta, message_count, size_bytes, activity_ns FROM sessions"
 
 
-class MetadataMethods(SqliteCore, MetadataFront):
+class MetadataMethods(SqliteCore):
     """Part of :class:`SqliteSessionStore` (which inherits it)."""
 
     # -- looking at sessions -------------------------------------------------------------
@@ -46,10 +44,6 @@ class MetadataMethods(SqliteCore, MetadataFront):
                 rows.log.warning("%s", exc)
                 yield s, None
 
-    @staticmethod
-    def _describe(s: SessionRow, meta: Mapping[str, Any] | None) -> SessionMetadata:
-        return sidecar.describe(s.key, meta, s.count, s.size, s.activity_ns)
-
     def _where(self, keep: Callable[[dict[str, Any] | None], bool]) -> list[SessionMetadata]:
         with self._db.read() as c:
             return [self._describe(s, meta) for s, meta in self._all(c) if keep(meta)]
@@ -61,10 +55,6 @@ class MetadataMethods(SqliteCore, MetadataFront):
         with self._db.read() as c:
             s = self._session(c, key)
         return None if s is None else self._describe(s, self._meta(s))
-
-    def list_sessions_with_metadata(self) -> list[SessionMetadata]:
-        """Every session's metadata, in key order (one snapshot). O(sessions)."""
-        return self._where(lambda _meta: True)
 
     # -- ownership ----------------------------------------------------------------------
     def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
@@ -136,24 +126,6 @@ class MetadataMethods(SqliteCore, MetadataFront):
         return out
 
     # -- compact / repair -----------------------------------------------------------------
-    def compact(self, key: str, *, repair: bool = False) -> int:
-        """Drop exact duplicates (a row with the same id and bytes as an earlier one; rows
-        without an id are never duplicates); the number of rows dropped (0: nothing
-        written). Order and bytes of the rest are kept.
-
-        Refuses, with :class:`CorruptTranscriptError` naming the first such row and nothing
-        changed, a session holding a row that does not parse or a second row with an
-        earlier row's id but other bytes, unless ``repair=True``: then every row of the
-        session is first copied to the ``quarantine`` table (with the key and the time;
-        never removed by the store; logged) and the rewrite keeps every row that parses (of
-        rows sharing an id, the first). One transaction. :class:`SessionNotFoundError` for a
-        missing session. Cost: O(rows)."""
-        report = self.compaction_report(key, repair=repair)
-        if report.quarantine is not None:
-            rows.log.warning("compact(repair=True) of session %r: its original rows are kept in %s", key,
-                             report.quarantine)
-        return report.dropped
-
     def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
         """:meth:`compact` returning its whole report instead of a count, logging nothing:
         the plan (rows kept, rows dropped with line number, byte offset in the export and

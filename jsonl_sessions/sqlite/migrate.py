@@ -28,11 +28,11 @@ from typing import Any, Protocol
 
 import orjson
 
+from .. import rows
 from ..errors import SessionExistsError, SessionStoreError
 from ..keys import key_to_stem
 from ..sidecar import FORMAT_VERSION
 from ..store import SessionStore
-from . import rows
 from .store import SessionSnapshot, SqliteSessionStore
 
 

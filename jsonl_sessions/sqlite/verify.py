@@ -20,8 +20,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import rows
 from ..errors import CorruptMetadataError
-from . import rows
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,144 @@
+"""The parts of the database backends' stores (SQLite, PostgreSQL) that do not touch the
+database: the store object's lifecycle, the reading and writing entry points that only
+delegate, metadata decoding, encoding with the size limit, ``compact`` over
+``compaction_report``, and the listing of metadata. Each backend's core class inherits
+:class:`DatabaseFront` and provides the primitives named below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from . import codec, rows, sidecar
+from .compaction import CompactionReport
+from .metafront import MetadataFront
+from .types import ChatMessage, Durability, MessageLike, SessionMetadata, TimestampedMessage
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+
+class DatabaseFront(MetadataFront):
+    """Shared methods of the database backends' stores. A backend provides ``_db`` (with
+    ``close()``), ``_path`` (what errors name), ``_durability``, ``_max_message_bytes``,
+    ``_clock``, and the methods ``_load``, ``append_many``, ``_replace_state``,
+    ``compaction_report`` and ``_where``."""
+
+    _db: Any
+    _path: str
+    _durability: Durability
+    _max_message_bytes: int
+    _clock: Callable[[], int]
+
+    def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
+        raise NotImplementedError
+
+    def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
+        raise NotImplementedError
+
+    def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
+        raise NotImplementedError
+
+    def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
+        raise NotImplementedError
+
+    # -- the store object -------------------------------------------------------------------
+    @property
+    def durability(self) -> Durability:
+        return self._durability
+
+    def close(self) -> None:
+        """Close the store's connections. Further calls raise ValueError. Idempotent."""
+        self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading ---------------------------------------------------------------------------
+    def load(self, key: str) -> list[ChatMessage]:
+        """Every message, oldest first; ``[]`` for a missing session. Lenient: a row that
+        does not parse is skipped with a logged warning, never raised (use :meth:`try_load`
+        before writing a history back). One snapshot. Cost: O(messages)."""
+        return self._load(key, strict=False)
+
+    def try_load(self, key: str) -> list[ChatMessage]:
+        """Every message, oldest first; ``[]`` for a missing or empty session. Raises
+        :class:`CorruptTranscriptError` for a row that does not parse (its line number and
+        byte offset in the session's export). Cost: O(messages)."""
+        return self._load(key, strict=True)
+
+    def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
+        """Like :meth:`load`, each message with its ``created_at`` as an aware UTC datetime."""
+        out = []
+        for m in self.load(key):
+            ms = m.created_at
+            out.append(TimestampedMessage(m, None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)))
+        return out
+
+    # -- writing ---------------------------------------------------------------------------
+    def append(self, key: str, message: MessageLike) -> str:
+        """Append one message (creating the session if needed); its id. One transaction,
+        durable on return in fsync mode. SerializationError / InvalidMessageError /
+        DuplicateMessageError with nothing written. Cost: O(log n)."""
+        return self.append_many(key, (message,))[0]
+
+    def append_message(self, key: str, message: MessageLike) -> str:
+        """The same as :meth:`append`."""
+        return self.append_many(key, (message,))[0]
+
+    def replace_conversation_state(self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool) -> None:
+        """Replace the messages and the trim-breadcrumb flag in one transaction (one
+        crash-atomic unit). Creates the session if needed."""
+        self._replace_state(key, messages, breadcrumb_present, if_exists=False)
+
+    def replace_conversation_state_if_exists(
+        self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool
+    ) -> bool:
+        """Like :meth:`replace_conversation_state`, but only while the session exists: False,
+        nothing written, when it does not (a deleted session is never recreated: the check
+        and the writes are one transaction)."""
+        return self._replace_state(key, messages, breadcrumb_present, if_exists=True)
+
+    # -- rows and metadata -------------------------------------------------------------------
+    def _meta(self, s: Any) -> dict[str, Any]:
+        """The metadata object of session row ``s`` (``key``, ``meta``); CorruptMetadataError."""
+        return rows.decode_meta(s.meta, s.key, self._path)
+
+    def _encode(self, key: str, records: Iterable[dict[str, Any]]) -> list[bytes]:
+        """The lines of ``records`` (without newlines). SerializationError /
+        InvalidMessageError (over ``max_message_bytes``, counting the newline)."""
+        return [line[:-1] for line in codec.encode_records(records, key, self._max_message_bytes)]
+
+    @staticmethod
+    def _describe(s: Any, meta: Mapping[str, Any] | None) -> SessionMetadata:
+        return sidecar.describe(s.key, meta, s.count, s.size, s.activity_ns)
+
+    def list_sessions_with_metadata(self) -> list[SessionMetadata]:
+        """Every session's metadata, in key order (one snapshot). O(sessions)."""
+        return self._where(lambda _meta: True)
+
+    def compact(self, key: str, *, repair: bool = False) -> int:
+        """Drop exact duplicates (a row with the same id and bytes as an earlier one; rows
+        without an id are never duplicates); the number of rows dropped (0: nothing
+        written). Order and bytes of the rest are kept.
+
+        Refuses, with :class:`CorruptTranscriptError` naming the first such row and nothing
+        changed, a session holding a row that does not parse or a second row with an
+        earlier row's id but other bytes, unless ``repair=True``: then every row of the
+        session is first copied to the ``quarantine`` table (with the key and the time;
+        never removed by the store; logged) and the rewrite keeps every row that parses (of
+        rows sharing an id, the first). One transaction. :class:`SessionNotFoundError` for a
+        missing session. Cost: O(rows)."""
+        report = self.compaction_report(key, repair=repair)
+        if report.quarantine is not None:
+            rows.log.warning("compact(repair=True) of session %r: its original rows are kept in %s", key,
+                             report.quarantine)
+        return report.dropped
+
+
+__all__ = ["DatabaseFront"]
