@@ -12,7 +12,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from . import codec, rows, sidecar
-from .compaction import CompactionReport
+from .compaction import CompactionReport, plan_lines
+from .errors import CorruptTranscriptError
 from .metafront import MetadataFront
 from .types import ChatMessage, Durability, MessageLike, SessionMetadata, TimestampedMessage
 
@@ -105,6 +106,48 @@ class DatabaseFront(MetadataFront):
         return self._replace_state(key, messages, breadcrumb_present, if_exists=True)
 
     # -- rows and metadata -------------------------------------------------------------------
+    def _rows(self, c: Any, sid: int, start: int = 0, stop: int | None = None) -> list[tuple[int, bytes]]:
+        raise NotImplementedError
+
+    def _offset_of(self, c: Any, sid: int, seq: int) -> int:
+        raise NotImplementedError
+
+    def _check_clean(self, c: Any, s: Any, start: int = 0) -> int:
+        """Refuse (:class:`CorruptTranscriptError`) to drop rows of session row ``s`` from
+        ``start`` on when one of them does not parse: it would be destroyed. The number of
+        rows. O(rows)."""
+        return len(self._strict(c, s, self._rows(c, s.id, start)))
+
+    def _strict(self, c: Any, s: Any, data: list[tuple[int, bytes]]) -> list[ChatMessage]:
+        """The messages of rows ``data`` (consecutive ``(seq, line)``), or
+        :class:`CorruptTranscriptError` naming the first that does not parse (its byte
+        offset computed only then, by ``_offset_of``)."""
+        try:
+            return rows.decode_rows(data, key=s.key, path=self._path, strict=True)
+        except CorruptTranscriptError as exc:
+            if not data or not data[0][0]:
+                raise
+            base = self._offset_of(c, s.id, data[0][0])
+            raise rows.corrupt(s.key, self._path, (exc.line or 1) - 1, base + (exc.offset or 0),
+                               exc.reason or "") from None
+
+    def _compacted(self, key: str, data: list[tuple[int, bytes]], repair: bool, quarantine: Callable[[], str],
+                   replace: Callable[[list[bytes]], None]) -> CompactionReport:
+        """The body of ``compaction_report`` over a session's rows ``data``: the plan; a
+        problem refused (:class:`CorruptTranscriptError`) unless ``repair``, then
+        ``quarantine()`` keeps every row and says where; ``replace(lines)`` rewrites the
+        session when rows are dropped."""
+        plan = plan_lines(line for _seq, line in data)
+        saved = None
+        if plan.problem is not None:
+            p = plan.problem
+            if not repair:
+                raise CorruptTranscriptError(key=key, path=self._path, line=p.line, offset=p.offset, reason=p.reason)
+            saved = quarantine()
+        if plan.dropped:
+            replace([line[:-1] for line in plan.kept])
+        return CompactionReport(key, plan, saved, False)
+
     def _meta(self, s: Any) -> dict[str, Any]:
         """The metadata object of session row ``s`` (``key``, ``meta``); CorruptMetadataError."""
         return rows.decode_meta(s.meta, s.key, self._path)

@@ -43,7 +43,7 @@ class PostgresStorage:
     transactions, so a write cut short never becomes a row."""
 
     DAMAGE = frozenset({"corrupt-row", "id-order"})
-    TABLES = {"messages", "quarantine", "schema_version", "sessions"}
+    TABLES = frozenset({"messages", "quarantine", "schema_version", "sessions"})
 
     def __init__(self, store: Any) -> None:
         self.store = store

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -45,7 +46,7 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
 
 
 def _increasing(ids: list[str]) -> bool:
-    return all(a < b for a, b in zip(ids, ids[1:]))
+    return all(a < b for a, b in itertools.pairwise(ids))
 
 
 # -- processes x threads ----------------------------------------------------------------------

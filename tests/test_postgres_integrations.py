@@ -6,14 +6,12 @@ unmodified on an adapter over a PostgreSQL store (a fresh schema per store)."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import uuid
 from typing import Any
 
 import pytest
+from _backends import assert_database_backend
 from _pg import PgServer
-
-from jsonl_sessions.protocol import SessionBackend, backend_methods
 
 
 def _store(server: PgServer, **options: Any) -> Any:
@@ -27,15 +25,8 @@ def _store(server: PgServer, **options: Any) -> Any:
 def test_the_postgres_store_is_a_backend_with_the_contracts_signatures(pg_server: PgServer) -> None:
     from jsonl_sessions.postgres import PostgresSessionStore
 
-    with _store(pg_server) as store:
-        backend: SessionBackend = store  # checked by mypy too (jsonl_sessions/postgres/store.py)
-        assert isinstance(backend, SessionBackend)
-        for name in [*backend_methods(), "close"]:
-            assert inspect.signature(getattr(PostgresSessionStore, name)) == inspect.signature(
-                getattr(SessionBackend, name)), name
-    public = {n for n, v in inspect.getmembers(PostgresSessionStore, inspect.isfunction) if not n.startswith("_")}
-    assert public - set(backend_methods()) == {"close", "compaction_report", "export_session", "import_session", "lock",
-                                               "verify"}
+    with _store(pg_server) as store:  # the protocol is checked by mypy too (postgres/store.py)
+        assert_database_backend(PostgresSessionStore, store)
     with pytest.raises(ValueError, match="closed"):
         store.load("k")
     store.close()  # idempotent

@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool
 from .. import codec, ids, records, rows, sidecar
 from ..assign import assign_ids, replacement_record
 from ..dbfront import DatabaseFront
-from ..errors import CorruptTranscriptError, SessionNotFoundError
+from ..errors import SessionNotFoundError
 from ..keys import validate_key
 from ..rules import check_options
 from ..sqlite.base import DEFAULT_MAX_MESSAGE_BYTES
@@ -195,23 +195,6 @@ class PostgresCore(DatabaseFront):
     def _has_id(self, c: Conn, sid: int, message_id: str) -> bool:
         return c.execute(f"SELECT 1 FROM {self._s}.messages WHERE session = %s AND id = %s",
                          (sid, nul_free(message_id))).fetchone() is not None
-
-    def _check_clean(self, c: Conn, s: SessionRow, start: int = 0) -> int:
-        """Refuse (:class:`CorruptTranscriptError`) to drop rows from ``start`` on when one of
-        them does not parse. The number of rows. O(rows)."""
-        return len(self._strict(c, s, self._rows(c, s.id, start)))
-
-    def _strict(self, c: Conn, s: SessionRow, data: list[tuple[int, bytes]]) -> list[ChatMessage]:
-        """The messages of rows ``data`` (consecutive), or :class:`CorruptTranscriptError`
-        naming the first that does not parse (its byte offset computed only then)."""
-        try:
-            return rows.decode_rows(data, key=s.key, path=self._path, strict=True)
-        except CorruptTranscriptError as exc:
-            if not data or not data[0][0]:
-                raise
-            base = self._offset_of(c, s.id, data[0][0])
-            raise rows.corrupt(s.key, self._path, (exc.line or 1) - 1, base + (exc.offset or 0),
-                               exc.reason or "") from None
 
     def _insert(self, c: Conn, sid: int, first_seq: int, lines: Sequence[bytes],
                 recs: Sequence[Mapping[str, Any]] | None = None) -> None:

@@ -259,8 +259,7 @@ class Database:
                 conn.execute("COMMIT" if last is None else last + "; COMMIT", prepare=False)
                 return result
             except pgerrors.LockNotAvailable:
-                self._rollback(conn)
-                raise LockTimeoutError(key=label, path=self.dsn, timeout=self.lock_timeout, holder_pid=None) from None
+                raise self._timed_out(conn, label) from None
             except pgerrors.QueryCanceled as exc:
                 self._rollback(conn)
                 raise self._unavailable(exc) from None
@@ -287,6 +286,12 @@ class Database:
         if alive is None or alive[0] != len(pinned):
             raise DatabaseUnavailableError(dsn=self.dsn, reason="the connection holding this lock() block's guard "
                                            "was lost (its transaction ended); nothing of this call was committed")
+
+    def _timed_out(self, conn: Conn, label: str | None) -> LockTimeoutError:
+        """The error for a lock wait past ``lock_timeout`` (SQLSTATE 55P03); the transaction
+        is rolled back."""
+        self._rollback(conn)
+        return LockTimeoutError(key=label, path=self.dsn, timeout=self.lock_timeout, holder_pid=None)
 
     @staticmethod
     def _rollback(conn: Conn) -> None:
@@ -330,8 +335,7 @@ class Database:
             try:
                 conn.execute(self._begin_write + f"; SELECT pg_advisory_xact_lock({h})")
             except pgerrors.LockNotAvailable:
-                self._rollback(conn)
-                raise LockTimeoutError(key=key, path=self.dsn, timeout=self.lock_timeout, holder_pid=None) from None
+                raise self._timed_out(conn, key) from None
             except psycopg.OperationalError as exc:
                 self._rollback(conn)
                 raise self._unavailable(exc) from None

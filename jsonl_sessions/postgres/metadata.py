@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import records, rows, sidecar
-from ..compaction import CompactionReport, plan_lines
-from ..errors import CorruptMetadataError, CorruptTranscriptError, SessionNotFoundError
+from ..compaction import CompactionReport
+from ..errors import CorruptMetadataError, SessionNotFoundError
 from ..keys import validate_key
 from ..rules import check_number, check_query, check_text
 from ..types import SessionMetadata, SessionQuery
@@ -176,22 +176,16 @@ class MetadataMethods(PostgresCore):
             if s is None:
                 raise SessionNotFoundError(key=key)
             data = self._rows(c, s.id)
-            plan = plan_lines(line for _seq, line in data)
-            saved = None
-            if plan.problem is not None:
-                p = plan.problem
-                if not repair:
-                    raise CorruptTranscriptError(key=key, path=self._path, line=p.line, offset=p.offset,
-                                                 reason=p.reason)
+
+            def quarantine() -> str:  # numbered by a sequence: repairs of two sessions never share a number
                 row = c.execute("SELECT nextval(%s::regclass)", (f"{self._s}.repairs",)).fetchone()
                 assert row is not None
                 c.execute(f"INSERT INTO {self._s}.quarantine (repair, session_key, taken_at, seq, line) "
                           "SELECT %s, %s, %s, s, l FROM unnest(%s::bigint[], %s::text[]) AS u(s, l)",
                           (row[0], key, self._clock(), [seq for seq, _ in data], [line.decode() for _, line in data]))
-                saved = f"the quarantine table of {self._path} (repair {row[0]})"
-            if plan.dropped:
-                self._replace_rows(c, s.id, [line[:-1] for line in plan.kept])
-            return CompactionReport(key, plan, saved, False)
+                return f"the quarantine table of {self._path} (repair {row[0]})"
+
+            return self._compacted(key, data, repair, quarantine, lambda lines: self._replace_rows(c, s.id, lines))
 
         return self._db.write([key], write)
 

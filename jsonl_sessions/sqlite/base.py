@@ -19,7 +19,6 @@ from .. import codec, ids, rows, sidecar
 from ..assign import assign_ids, replacement_record
 from ..dbfront import DatabaseFront
 from ..errors import (
-    CorruptTranscriptError,
     SessionNotFoundError,
 )
 from ..keys import validate_key
@@ -119,23 +118,6 @@ class SqliteCore(DatabaseFront):
 
     def _has_id(self, c: sqlite3.Connection, sid: int, message_id: str) -> bool:
         return c.execute("SELECT 1 FROM messages WHERE session = ? AND id = ?", (sid, message_id)).fetchone() is not None
-
-    def _check_clean(self, c: sqlite3.Connection, s: SessionRow, start: int = 0) -> int:
-        """Refuse (:class:`CorruptTranscriptError`) to drop rows from ``start`` on when one of
-        them does not parse: it would be destroyed. The number of messages. O(rows)."""
-        return len(self._strict(c, s, self._rows(c, s.id, start)))
-
-    def _strict(self, c: sqlite3.Connection, s: SessionRow, data: list[tuple[int, bytes]]) -> list[ChatMessage]:
-        """The messages of rows ``data`` (consecutive), or :class:`CorruptTranscriptError`
-        naming the first that does not parse (its byte offset computed only then)."""
-        try:
-            return rows.decode_rows(data, key=s.key, path=self._path, strict=True)
-        except CorruptTranscriptError as exc:
-            if not data or not data[0][0]:
-                raise
-            base = self._offset_of(c, s.id, data[0][0])
-            raise rows.corrupt(s.key, self._path, (exc.line or 1) - 1, base + (exc.offset or 0),
-                               exc.reason or "") from None
 
     def _insert(self, c: sqlite3.Connection, sid: int, first_seq: int, lines: Sequence[bytes],
                 records: Sequence[dict[str, Any]] | None = None) -> None:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import records, rows, sidecar
-from ..compaction import CompactionReport, plan_lines
-from ..errors import CorruptMetadataError, CorruptTranscriptError, SessionNotFoundError
+from ..compaction import CompactionReport
+from ..errors import CorruptMetadataError, SessionNotFoundError
 from ..keys import validate_key
 from ..rules import check_number, check_query, check_text
 from ..types import SessionMetadata, SessionQuery
@@ -138,18 +138,12 @@ class MetadataMethods(SqliteCore):
             if s is None:
                 raise SessionNotFoundError(key=key)
             data = self._rows(c, s.id)
-            plan = plan_lines(line for _seq, line in data)
-            saved = None
-            if plan.problem is not None:
-                p = plan.problem
-                if not repair:
-                    raise CorruptTranscriptError(key=key, path=self._path, line=p.line, offset=p.offset,
-                                                 reason=p.reason)
+
+            def quarantine() -> str:
                 taken = self._clock()
                 repair_no = c.execute("SELECT coalesce(max(repair), 0) + 1 FROM quarantine").fetchone()[0]
                 c.executemany("INSERT INTO quarantine (repair, session_key, taken_at, seq, line) VALUES (?, ?, ?, ?, ?)",
                               [(repair_no, key, taken, seq, line) for seq, line in data])
-                saved = f"the quarantine table of {self._path} (repair {repair_no})"
-            if plan.dropped:
-                self._replace_rows(c, s.id, [line[:-1] for line in plan.kept])
-            return CompactionReport(key, plan, saved, False)
+                return f"the quarantine table of {self._path} (repair {repair_no})"
+
+            return self._compacted(key, data, repair, quarantine, lambda lines: self._replace_rows(c, s.id, lines))
