@@ -34,7 +34,6 @@ import orjson
 from benchmarks.environ import environment, header_lines
 from benchmarks.measure import BLOCK_SLOW, Group, Row, Target, interleaved, repeated
 from benchmarks.table import render_text
-
 from jsonl_sessions import ChatMessage
 from jsonl_sessions.postgres import PostgresSessionStore
 
@@ -78,8 +77,10 @@ def run(dsn: str, *, quick: bool) -> tuple[list[Group], list[Target], dict[str, 
     for mode in ("fsync", "flush"):
         store = PostgresSessionStore(dsn, schema="bench", durability=mode)  # type: ignore[arg-type]
         bare.execute(f"SET synchronous_commit = {'on' if mode == 'fsync' else 'off'}")
-        samples = interleaved({"floor": bare_insert, "jsonl_sessions": lambda i: store.append(f"a-{mode}", message(i))},
-                              count=appends, block=BLOCK_SLOW, warmup=5)
+        def ours(i: int, store: PostgresSessionStore = store, key: str = f"a-{mode}") -> str:
+            return store.append(key, message(i))
+
+        samples = interleaved({"floor": bare_insert, "jsonl_sessions": ours}, count=appends, block=BLOCK_SLOW, warmup=5)
         groups.append(Group(f"append_{mode}", f"append one message, durability={mode!r}", "call", [
             Row("floor", f"psycopg: one bare INSERT (synchronous_commit {'on' if mode == 'fsync' else 'off'})",
                 samples["floor"]),
