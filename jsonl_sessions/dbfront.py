@@ -47,6 +47,17 @@ class DatabaseFront(MetadataFront):
 
     # -- the store object -------------------------------------------------------------------
     @property
+    def path(self) -> str:
+        """Where the store is: the database file (SQLite); the server, without its
+        password, and the schema (PostgreSQL)."""
+        return self._path
+
+    @property
+    def root(self) -> str:
+        """The same as :attr:`path` (the JSONL backend's ``root`` is its directory)."""
+        return self._path
+
+    @property
     def durability(self) -> Durability:
         return self._durability
 
@@ -160,6 +171,23 @@ class DatabaseFront(MetadataFront):
     @staticmethod
     def _describe(s: Any, meta: Mapping[str, Any] | None) -> SessionMetadata:
         return sidecar.describe(s.key, meta, s.count, s.size, s.activity_ns)
+
+    def _write_meta(self, c: Any, s: Any, meta: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _reattributed(self, c: Any, found: Iterable[tuple[Any, dict[str, Any] | None]], old: str,
+                      new: str | None) -> int:
+        """Set ``agent_alias`` from ``old`` to ``new`` on the sessions of ``found`` (rows with
+        their metadata; None: unreadable, left alone) inside the caller's transaction; the
+        number changed."""
+        changed = 0
+        for s, meta in found:
+            if meta is None or sidecar.text(meta, "agent_alias") != old:
+                continue
+            meta["agent_alias"] = new
+            self._write_meta(c, s, meta)
+            changed += 1
+        return changed
 
     def list_sessions_with_metadata(self) -> list[SessionMetadata]:
         """Every session's metadata, in key order (one snapshot). O(sessions)."""

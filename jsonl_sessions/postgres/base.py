@@ -142,15 +142,6 @@ class PostgresCore(DatabaseFront):
         """The PostgreSQL schema holding the store's tables."""
         return self._schema
 
-    @property
-    def root(self) -> str:
-        """Where the store is: the server (DSN without password) and the schema."""
-        return self._path
-
-    @property
-    def path(self) -> str:
-        return self._path
-
     # -- guard ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:

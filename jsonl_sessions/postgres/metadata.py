@@ -92,17 +92,8 @@ class MetadataMethods(PostgresCore):
     def _reattribute(self, old: str, new: str | None) -> int:
         """Every session attributed to ``old`` (its row locked), re-attributed in one transaction."""
 
-        def write(c: Conn) -> int:
-            changed = 0
-            for s, meta in self._all(c, "WHERE agent_alias = %s", (nul_free(old),), for_update=True):
-                if meta is None or sidecar.text(meta, "agent_alias") != old:
-                    continue
-                meta["agent_alias"] = new
-                self._write_meta(c, s, meta)
-                changed += 1
-            return changed
-
-        return self._db.write([], write)
+        return self._db.write([], lambda c: self._reattributed(
+            c, self._all(c, "WHERE agent_alias = %s", (nul_free(old),), for_update=True), old, new))
 
     # -- TTL cleanup ----------------------------------------------------------------------
     def cleanup_stale(self, ttl_hours: float) -> int:

@@ -67,17 +67,6 @@ class SqliteCore(DatabaseFront):
             os.makedirs(parent, mode=0o700, exist_ok=True)
         self._db = Database(self._path, durability=durability, lock_timeout=lock_timeout)
 
-    # -- properties ----------------------------------------------------------------------
-    @property
-    def path(self) -> str:
-        """The database file."""
-        return self._path
-
-    @property
-    def root(self) -> str:
-        """The database file (the JSONL backend's ``root`` is its directory)."""
-        return self._path
-
     # -- guard ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:

@@ -72,15 +72,8 @@ class MetadataMethods(SqliteCore):
 
     # -- attribution ----------------------------------------------------------------------
     def _reattribute(self, old: str, new: str | None) -> int:
-        changed = 0
         with self._db.write(None) as c:
-            for s, meta in list(self._all(c)):
-                if meta is None or sidecar.text(meta, "agent_alias") != old:
-                    continue
-                meta["agent_alias"] = new
-                self._write_meta(c, s, meta)
-                changed += 1
-        return changed
+            return self._reattributed(c, list(self._all(c)), old, new)
 
     # -- TTL cleanup ----------------------------------------------------------------------
     def cleanup_stale(self, ttl_hours: float) -> int:
