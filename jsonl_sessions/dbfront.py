@@ -7,11 +7,12 @@ delegate, metadata decoding, encoding with the size limit, ``compact`` over
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from . import codec, rows, sidecar
+from .assign import assign_ids
 from .compaction import CompactionReport, plan_lines
 from .errors import CorruptTranscriptError
 from .metafront import MetadataFront
@@ -174,6 +175,33 @@ class DatabaseFront(MetadataFront):
 
     def _write_meta(self, c: Any, s: Any, meta: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    def _create(self, c: Any, key: str, meta: Mapping[str, Any]) -> int:
+        raise NotImplementedError
+
+    def _replace_rows(self, c: Any, sid: int, lines: Sequence[bytes],
+                      records: Sequence[dict[str, Any]] | None = None) -> None:
+        raise NotImplementedError
+
+    def _replace_state_in(self, c: Any, key: str, s: Any, msgs: Sequence[ChatMessage], breadcrumb: bool,
+                          if_exists: bool) -> bool:
+        """The body of ``replace_conversation_state(_if_exists)`` inside the caller's write
+        transaction, ``s`` the session's row (None: missing). The session is checked before
+        the messages: with ``if_exists`` a missing one is False, never an error about them."""
+        if if_exists and s is None:
+            return False
+        records = assign_ids(key, msgs, None, self._clock())
+        lines = self._encode(key, records)
+        if s is None:
+            sid = self._create(c, key, sidecar.new_sidecar(key, self._clock(), bool(breadcrumb)))
+        else:
+            self._check_clean(c, s)
+            meta = self._meta(s)
+            meta["trim_breadcrumb"] = bool(breadcrumb)
+            self._write_meta(c, s, meta)
+            sid = s.id
+        self._replace_rows(c, sid, lines, records)
+        return True
 
     def _reattributed(self, c: Any, found: Iterable[tuple[Any, dict[str, Any] | None]], old: str,
                       new: str | None) -> int:

@@ -408,24 +408,8 @@ class PostgresCore(DatabaseFront):
         validate_key(key)
         msgs = [as_message(m) for m in messages]
 
-        def write(c: Conn) -> bool:
-            s = self._session(c, key, for_update=True)
-            if if_exists and s is None:
-                return False  # checked before the messages: a missing session is never an error
-            recs = assign_ids(key, msgs, None, self._clock())
-            lines = self._encode(key, recs)
-            if s is None:
-                sid = self._create(c, key, sidecar.new_sidecar(key, self._clock(), bool(breadcrumb)))
-            else:
-                self._check_clean(c, s)
-                meta = self._meta(s)
-                meta["trim_breadcrumb"] = bool(breadcrumb)
-                self._write_meta(c, s, meta)
-                sid = s.id
-            self._replace_rows(c, sid, lines, recs)
-            return True
-
-        return self._db.write([key], write)
+        return self._db.write([key], lambda c: self._replace_state_in(
+            c, key, self._session(c, key, for_update=True), msgs, breadcrumb, if_exists))
 
     def _update(self, key: str, change: Callable[[dict[str, Any]], None]) -> None:
         """Apply ``change`` to the meta of an existing session in one transaction.

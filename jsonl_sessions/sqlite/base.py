@@ -276,21 +276,7 @@ class SqliteCore(DatabaseFront):
         validate_key(key)
         msgs = [as_message(m) for m in messages]
         with self._db.write(key) as c:
-            s = self._session(c, key)
-            if if_exists and s is None:
-                return False
-            records = self._assign(key, msgs, None)
-            lines = self._encode(key, records)
-            if s is None:
-                sid = self._create(c, key, sidecar.new_sidecar(key, self._clock(), bool(breadcrumb)))
-            else:
-                self._check_clean(c, s)
-                meta = self._meta(s)
-                meta["trim_breadcrumb"] = bool(breadcrumb)
-                self._write_meta(c, s, meta)
-                sid = s.id
-            self._replace_rows(c, sid, lines, records)
-            return True
+            return self._replace_state_in(c, key, self._session(c, key), msgs, breadcrumb, if_exists)
 
     def _update(self, key: str, change: Callable[[dict[str, Any]], None]) -> None:
         """Apply ``change`` to the meta of an existing session in one transaction.
