@@ -15,11 +15,25 @@ from . import codec, rows, sidecar
 from .assign import assign_ids
 from .compaction import CompactionReport, plan_lines
 from .errors import CorruptTranscriptError
+from .keys import validate_key
 from .metafront import MetadataFront
-from .types import ChatMessage, Durability, MessageLike, SessionMetadata, TimestampedMessage
+from .pagewalk import Reading
+from .rules import check_page_arguments
+from .types import ChatMessage, Durability, MessageLike, Page, SessionMetadata, TimestampedMessage
 
 if TYPE_CHECKING:
     from typing_extensions import Self
+
+
+def usable_id(message_id: object) -> bool:
+    """Whether ``message_id`` can name a stored message (a str a driver can bind)."""
+    if not isinstance(message_id, str):
+        return False
+    try:
+        message_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class DatabaseFront(MetadataFront):
@@ -92,6 +106,39 @@ class DatabaseFront(MetadataFront):
             ms = m.created_at
             out.append(TimestampedMessage(m, None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc)))
         return out
+
+    def _read_page(self, key: str, limit: int, before: str | None, after: str | None, reading: Reading,
+                   breakpoint: bool, whole_turns: bool) -> Page:
+        raise NotImplementedError
+
+    def page(
+        self,
+        key: str,
+        *,
+        limit: int = 100,
+        before: str | None = None,
+        after: str | None = None,
+        ts_before: int | None = None,
+        breakpoint: bool = False,
+        whole_turns: bool = False,
+    ) -> Page:
+        """One page of messages, oldest first, with the JSONL backend's semantics (see
+        :meth:`jsonl_sessions.SessionStore.page`): no cursor = the ``limit`` newest,
+        ``before=id`` = the ``limit`` newest older than it, ``after=id`` = the ``limit``
+        oldest newer than it (``after=""``: from the first); ``ts_before``, ``breakpoint``
+        and ``whole_turns`` filter, cut and widen the same way. Raises
+        :class:`SessionNotFoundError`, :class:`MessageNotFoundError` (unknown cursor),
+        ValueError (``limit < 1``, both cursors). One read transaction. Cost: O(log n) to
+        find a cursor plus O(page) rows (``ts_before`` reads the rows it skips)."""
+        check_page_arguments(limit, before, after, ts_before)
+        validate_key(key)
+        reading = Reading(ts_before)
+        got = self._read_page(key, limit, before, after, reading, breakpoint, whole_turns)
+        if reading.bad:
+            first = min(reading.bad)
+            rows.log.warning("skipped %d corrupt row(s) of session %r in %s; first at line %d: %s",
+                             len(reading.bad), key, self._path, first + 1, reading.bad[first])
+        return got
 
     # -- writing ---------------------------------------------------------------------------
     def append(self, key: str, message: MessageLike) -> str:
@@ -240,4 +287,4 @@ class DatabaseFront(MetadataFront):
         return report.dropped
 
 
-__all__ = ["DatabaseFront"]
+__all__ = ["DatabaseFront", "usable_id"]

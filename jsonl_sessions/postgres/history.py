@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .. import rows, sidecar
+from ..dbfront import usable_id
 from ..errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError
 from ..keys import validate_key
 from ..pagewalk import TURN_SEARCH_LINES, Item, Lines, Reading, page_back, page_forward
 from ..records import calls, decode_or_none
-from ..rules import check_page_arguments, check_window
-from ..sqlite.history import _usable_id, _warn
+from ..rules import check_window
 from ..types import ChatMessage, Page
 from .base import PostgresCore, SessionRow, nul_free
 from .db import Conn
@@ -47,7 +47,7 @@ class HistoryMethods(PostgresCore):
 
     def _seq_of(self, c: Conn, sid: int, message_id: object) -> int | None:
         """The position of the message with that id. O(log n)."""
-        if not _usable_id(message_id):
+        if not usable_id(message_id):
             return None
         row = c.execute(f"SELECT seq FROM {self._s}.messages WHERE session = %s AND id = %s",
                         (sid, nul_free(str(message_id)))).fetchone()
@@ -79,7 +79,7 @@ class HistoryMethods(PostgresCore):
         """The message with id ``message_id``; None when the session has none (or does not
         exist, or that row does not parse: logged). O(log n) through the id index."""
         validate_key(key)
-        if not _usable_id(message_id):
+        if not usable_id(message_id):
             return None
         row = self._db.read(lambda c: c.execute(
             f"SELECT m.seq, m.line FROM {self._s}.messages m JOIN {self._s}.sessions s ON m.session = s.id "
@@ -106,26 +106,10 @@ class HistoryMethods(PostgresCore):
         return rows.decode_rows(self._db.read(read), key=key, path=self._path, strict=False)
 
     # -- pages -------------------------------------------------------------------------------
-    def page(
-        self,
-        key: str,
-        *,
-        limit: int = 100,
-        before: str | None = None,
-        after: str | None = None,
-        ts_before: int | None = None,
-        breakpoint: bool = False,
-        whole_turns: bool = False,
-    ) -> Page:
-        """One page of messages, oldest first, with the JSONL backend's semantics (see
-        :meth:`jsonl_sessions.SessionStore.page`). Raises :class:`SessionNotFoundError`,
-        :class:`MessageNotFoundError` (unknown cursor), ValueError (``limit < 1``, both
-        cursors). One ``REPEATABLE READ READ ONLY`` transaction, rows by ``(session,
-        seq)``. Cost: O(log n) to find a cursor plus O(page) rows (``ts_before`` reads the
-        rows it skips)."""
-        check_page_arguments(limit, before, after, ts_before)
-        validate_key(key)
-        reading = Reading(ts_before)
+    def _read_page(self, key: str, limit: int, before: str | None, after: str | None, reading: Reading,
+                   breakpoint: bool, whole_turns: bool) -> Page:
+        """A page (see :meth:`page`), its rows read by ``(session, seq)`` in one ``REPEATABLE
+        READ READ ONLY`` transaction (one snapshot however many chunks it fetches)."""
         chunk = min(limit + 1, 4096)
 
         def read(c: Conn) -> Page:
@@ -139,9 +123,7 @@ class HistoryMethods(PostgresCore):
                                 whole_turns, lambda seq, tool_call_id: self._call_before(c, s.id, seq, tool_call_id),
                                 lambda seq: seq == 0)
 
-        got = self._db.read(read)
-        _warn(reading, key, self._path)
-        return got
+        return self._db.read(read)
 
     def _cursor(self, c: Conn, s: SessionRow, message_id: str) -> int:
         seq = self._seq_of(c, s.id, message_id)

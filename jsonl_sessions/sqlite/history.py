@@ -16,24 +16,14 @@ import sqlite3
 from collections.abc import Iterator
 
 from .. import rows, sidecar
+from ..dbfront import usable_id
 from ..errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError
 from ..keys import validate_key
 from ..pagewalk import TURN_SEARCH_LINES, Item, Lines, Reading, page_back, page_forward
 from ..records import calls, decode_or_none
-from ..rules import check_page_arguments, check_window
+from ..rules import check_window
 from ..types import ChatMessage, Page
 from .base import SessionRow, SqliteCore
-
-
-def _usable_id(message_id: object) -> bool:
-    """Whether ``message_id`` can name a stored message (a str SQLite can bind)."""
-    if not isinstance(message_id, str):
-        return False
-    try:
-        message_id.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _backward(c: sqlite3.Connection, sid: int, end: int, chunk: int = 32) -> Iterator[Item]:
@@ -62,19 +52,12 @@ def _forward(c: sqlite3.Connection, sid: int, start: int, chunk: int = 32) -> It
         chunk = min(chunk * 4, 4096)
 
 
-def _warn(reading: Reading, key: str, path: str) -> None:
-    if reading.bad:
-        first = min(reading.bad)
-        rows.log.warning("skipped %d corrupt row(s) of session %r in %s; first at line %d: %s",
-                         len(reading.bad), key, path, first + 1, reading.bad[first])
-
-
 class HistoryMethods(SqliteCore):
     """Part of :class:`SqliteSessionStore` (which inherits it)."""
 
     def _seq_of(self, c: sqlite3.Connection, sid: int, message_id: object) -> int | None:
         """The position of the message with that id (the first, should there be two). O(log n)."""
-        if not _usable_id(message_id):
+        if not usable_id(message_id):
             return None
         row = c.execute("SELECT seq FROM messages WHERE session = ? AND id = ? ORDER BY seq LIMIT 1",
                         (sid, message_id)).fetchone()
@@ -111,7 +94,7 @@ class HistoryMethods(SqliteCore):
         """The message with id ``message_id``; None when the session has none (or does not
         exist, or that row does not parse: logged). O(log n) through the id index."""
         validate_key(key)
-        if not _usable_id(message_id):
+        if not usable_id(message_id):
             return None
         with self._db.read() as c:
             row = c.execute("SELECT m.seq, m.line FROM messages m JOIN sessions s ON m.session = s.id "
@@ -137,36 +120,14 @@ class HistoryMethods(SqliteCore):
         return rows.decode_rows(data, key=key, path=self._path, strict=False)
 
     # -- pages -------------------------------------------------------------------------------
-    def page(
-        self,
-        key: str,
-        *,
-        limit: int = 100,
-        before: str | None = None,
-        after: str | None = None,
-        ts_before: int | None = None,
-        breakpoint: bool = False,
-        whole_turns: bool = False,
-    ) -> Page:
-        """One page of messages, oldest first, with the JSONL backend's semantics (see
-        :meth:`jsonl_sessions.SessionStore.page`): no cursor = the ``limit`` newest,
-        ``before=id`` = the ``limit`` newest older than it, ``after=id`` = the ``limit``
-        oldest newer than it (``after=""``: from the first); ``ts_before``, ``breakpoint``
-        and ``whole_turns`` filter, cut and widen the same way. Raises
-        :class:`SessionNotFoundError`, :class:`MessageNotFoundError` (unknown cursor),
-        ValueError (``limit < 1``, both cursors). One read transaction. Cost: O(log n) to
-        find a cursor plus O(page) rows (``ts_before`` reads the rows it skips)."""
-        check_page_arguments(limit, before, after, ts_before)
-        validate_key(key)
-        reading = Reading(ts_before)
+    def _read_page(self, key: str, limit: int, before: str | None, after: str | None, reading: Reading,
+                   breakpoint: bool, whole_turns: bool) -> Page:
+        """A page (see :meth:`page`), in one read transaction."""
         with self._db.read() as c:
             s = self._existing(c, key)
             if after is None:
-                got = self._page_backward(c, s, limit, before, reading, breakpoint, whole_turns)
-            else:
-                got = self._page_forward(c, s, limit, after, reading, breakpoint, whole_turns)
-        _warn(reading, key, self._path)
-        return got
+                return self._page_backward(c, s, limit, before, reading, breakpoint, whole_turns)
+            return self._page_forward(c, s, limit, after, reading, breakpoint, whole_turns)
 
     def _cursor(self, c: sqlite3.Connection, s: SessionRow, message_id: str) -> int:
         seq = self._seq_of(c, s.id, message_id)
