@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from . import codec, rows, sidecar
 from .assign import assign_ids
 from .compaction import CompactionReport, plan_lines
-from .errors import CorruptTranscriptError
+from .errors import CorruptTranscriptError, SessionExistsError
 from .keys import validate_key
 from .metafront import MetadataFront
 from .pagewalk import Reading
@@ -249,6 +249,35 @@ class DatabaseFront(MetadataFront):
             sid = s.id
         self._replace_rows(c, sid, lines, records)
         return True
+
+    def _session(self, c: Any, key: str) -> Any:
+        raise NotImplementedError
+
+    def _last_id(self, c: Any, sid: int) -> str | None:
+        raise NotImplementedError
+
+    def _find_valid(self, c: Any, s: Any, message_id: str) -> int:
+        raise NotImplementedError
+
+    def _fork_target(self, c: Any, src: Any, target: str, up_to_message_id: str | None) -> tuple[int, str | None, int]:
+        """The first half of ``copy_messages`` inside the caller's write transaction, ``src``
+        the source's row: :class:`SessionExistsError` when ``target`` exists; the end of the
+        copied positions and the fork point (:class:`MessageNotFoundError` /
+        :class:`CorruptTranscriptError` for ``up_to_message_id``); the target created with
+        ``parent``, ``fork_point`` and the source's breadcrumb flag. Returns ``(end,
+        fork_point, target's id)``."""
+        if self._session(c, target) is not None:
+            raise SessionExistsError(key=target)
+        if up_to_message_id is None:
+            end = src.count
+            fork_point = self._last_id(c, src.id)
+        else:
+            end = self._find_valid(c, src, up_to_message_id) + 1
+            fork_point = up_to_message_id
+        meta = sidecar.new_sidecar(target, self._clock(), self._meta(src).get("trim_breadcrumb"))
+        meta["parent"] = src.key
+        meta["fork_point"] = fork_point
+        return end, fork_point, self._create(c, target, meta)
 
     def _reattributed(self, c: Any, found: Iterable[tuple[Any, dict[str, Any] | None]], old: str,
                       new: str | None) -> int:

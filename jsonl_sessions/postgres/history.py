@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .. import rows, sidecar
+from .. import rows
 from ..dbfront import usable_id
-from ..errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError
+from ..errors import MessageNotFoundError, SessionNotFoundError
 from ..keys import validate_key
 from ..pagewalk import TURN_SEARCH_LINES, Item, Lines, Reading, page_back, page_forward
 from ..records import calls, decode_or_none
@@ -158,18 +158,7 @@ class HistoryMethods(PostgresCore):
 
         def write(c: Conn) -> str | None:
             src = self._existing(c, source, for_update=True)
-            if self._session(c, target) is not None:
-                raise SessionExistsError(key=target)
-            if up_to_message_id is None:
-                end = src.count
-                fork_point = self._last_id(c, src.id)
-            else:
-                end = self._find_valid(c, src, up_to_message_id) + 1
-                fork_point = up_to_message_id
-            meta = sidecar.new_sidecar(target, self._clock(), self._meta(src).get("trim_breadcrumb"))
-            meta["parent"] = source
-            meta["fork_point"] = fork_point
-            sid = self._create(c, target, meta)
+            end, fork_point, sid = self._fork_target(c, src, target, up_to_message_id)
             c.execute(f"INSERT INTO {self._s}.messages (session, seq, id, created_at, role, kind, line, folded) "
                       f"SELECT %s, seq, id, created_at, role, kind, line, folded FROM {self._s}.messages "
                       "WHERE session = %s AND seq < %s", (sid, src.id, end))

@@ -15,9 +15,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
-from .. import rows, sidecar
+from .. import rows
 from ..dbfront import usable_id
-from ..errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError
+from ..errors import MessageNotFoundError, SessionNotFoundError
 from ..keys import validate_key
 from ..pagewalk import TURN_SEARCH_LINES, Item, Lines, Reading, page_back, page_forward
 from ..records import calls, decode_or_none
@@ -175,19 +175,7 @@ class HistoryMethods(SqliteCore):
         validate_key(target)
         with self._db.write(source) as c:
             src = self._existing(c, source)
-            if self._session(c, target) is not None:
-                raise SessionExistsError(key=target)
-            if up_to_message_id is None:
-                end = src.count
-                fork_point = self._last_id(c, src.id)
-            else:
-                end = self._find_valid(c, src, up_to_message_id) + 1
-                fork_point = up_to_message_id
-            source_meta = self._meta(src)
-            meta = sidecar.new_sidecar(target, self._clock(), source_meta.get("trim_breadcrumb"))
-            meta["parent"] = source
-            meta["fork_point"] = fork_point
-            sid = self._create(c, target, meta)
+            end, fork_point, sid = self._fork_target(c, src, target, up_to_message_id)
             c.execute("INSERT INTO messages (session, seq, id, created_at, role, kind, line) "
                       "SELECT ?, seq, id, created_at, role, kind, line FROM messages WHERE session = ? AND seq < ?",
                       (sid, src.id, end))
