@@ -171,11 +171,11 @@ class HistoryMethods(PostgresCore):
         return self._db.write([source, target], write, name=source)
 
     def truncate_messages(self, key: str, up_to_message_id: str) -> int:
-        """Revert: keep the messages up to and including ``up_to_message_id``, remove the
-        newer ones; how many were removed. Raises :class:`SessionNotFoundError`,
-        :class:`MessageNotFoundError` (unknown id) and :class:`CorruptTranscriptError` (a
-        removed row, or the named one, does not parse), each with nothing changed. One
-        transaction. Cost: O(log n + removed rows)."""
+        """Revert to ``up_to_message_id`` (kept): the newer rows go in one ``DELETE``, under
+        the guard; the number deleted. :class:`SessionNotFoundError`,
+        :class:`MessageNotFoundError` for an unknown id, :class:`CorruptTranscriptError` when
+        the named row or one to delete does not parse; nothing is changed then.
+        Cost: O(log n + deleted rows)."""
         validate_key(key)
 
         def write(c: Conn) -> int:
