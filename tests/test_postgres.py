@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -384,3 +385,30 @@ def test_quotes_and_backslashes_in_keys_and_lines_round_trip(pg_store: Any) -> N
     assert got.extra == {"n\\'": "'"}
     assert pg_store.list_sessions() == [key]
     assert pg_store.verify().ok
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_uses_its_own_pool(pg_store: Any) -> None:
+    """After a fork the child makes its own pool (a pool's sockets and threads must not
+    cross a fork), and its close() leaves the parent's connections working."""
+    pg_store.append("k", {"role": "user", "content": "parent"})
+    parent_pool = pg_store._db.pool()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() of a process with threads (the pool's)
+        pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if all of it worked
+        ok = False
+        try:
+            ok = pg_store._db.pool() is not parent_pool
+            pg_store.append("k", {"role": "user", "content": "child"})
+            ok = ok and [m.content for m in pg_store.load("k")] == ["parent", "child"]
+            pg_store.close()
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    pg_store.append("k", {"role": "user", "content": "parent again"})
+    assert [m.content for m in pg_store.load("k")] == ["parent", "child", "parent again"]
+    assert pg_store._db.pool() is parent_pool
