@@ -314,6 +314,8 @@ def test_the_first_calls_after_a_restart_succeed_on_fresh_connections(own_cluste
     own_cluster.restart("fast")
     assert [m.content for m in store.load("k")] == ["before"]
     own_cluster.restart("fast")
+    assert store.get_message_count("k") == 1  # a one-statement read
+    own_cluster.restart("fast")
     store.append("k", {"role": "user", "content": "after"})
     assert [m.content for m in store.load("k")] == ["before", "after"]
     store.close()

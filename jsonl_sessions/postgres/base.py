@@ -255,13 +255,11 @@ class PostgresCore(DatabaseFront):
     def session_exists(self, key: str) -> bool:
         """Whether the session exists. O(log sessions)."""
         validate_key(key)
-        return self._db.read(lambda c: c.execute(f"SELECT 1 FROM {self._s}.sessions WHERE key = %s",
-                                                 (key,)).fetchone() is not None)
+        return bool(self._db.read_one(f"SELECT 1 FROM {self._s}.sessions WHERE key = {lit(key)}"))
 
     def list_sessions(self) -> list[str]:
         """Every session's key, sorted (by Python's string order). O(sessions)."""
-        return sorted(k for (k,) in self._db.read(lambda c: c.execute(f"SELECT key FROM {self._s}.sessions")
-                                                  .fetchall()))
+        return sorted(k for (k,) in self._db.read_one(f"SELECT key FROM {self._s}.sessions"))
 
     # -- appending -------------------------------------------------------------------------
     def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
@@ -427,10 +425,16 @@ class PostgresCore(DatabaseFront):
 
         self._db.write([key], write)
 
+    def _session_row(self, key: str) -> SessionRow | None:
+        """The session's row, read in one round trip; None when it does not exist."""
+        validate_key(key)
+        found = self._db.read_one(f"SELECT id, meta, message_count, size_bytes, activity_ns FROM {self._s}.sessions "
+                                  f"WHERE key = {lit(key)}")
+        return SessionRow(key, found[0]) if found else None
+
     def _meta_of(self, key: str) -> dict[str, Any] | None:
         """The meta of a session; None when it does not exist. CorruptMetadataError."""
-        validate_key(key)
-        s = self._db.read(lambda c: self._session(c, key))
+        s = self._session_row(key)
         return None if s is None else self._meta(s)
 
     # -- clearing and deleting -------------------------------------------------------------

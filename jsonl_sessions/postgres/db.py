@@ -145,6 +145,7 @@ class Database:
         self._begin_write = "BEGIN; " + settings
         self._begin_read = ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
                             f"SET LOCAL statement_timeout = {_ms(statement_timeout)}")
+        self._begin_read_one = f"BEGIN READ ONLY; SET LOCAL statement_timeout = {_ms(statement_timeout)}"
         self._pools: dict[int, ConnectionPool[Any]] = {}
         self._mutex = threading.Lock()
         self._local = _Local()
@@ -298,6 +299,33 @@ class Database:
         if not conn.broken and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             with contextlib.suppress(psycopg.Error):
                 conn.execute("ROLLBACK")
+
+    def read_one(self, query: str) -> list[tuple[Any, ...]]:
+        """The rows of one SELECT (values inlined as literals, see :func:`lit`), sent with
+        BEGIN, its timeout and COMMIT in one request: one round trip. One statement sees
+        one snapshot. Raises :class:`DatabaseUnavailableError` (a dead pooled connection
+        is replaced once)."""
+        for attempt in (0, 1):
+            with self._connection() as conn:
+                try:
+                    cur = conn.execute(f"{self._begin_read_one}; {query}; COMMIT", prepare=False)
+                    found: list[tuple[Any, ...]] = []
+                    while True:
+                        result = cur.pgresult
+                        if result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK:
+                            found = cur.fetchall()
+                        if not cur.nextset():
+                            return found
+                except psycopg.OperationalError as exc:
+                    if conn.broken and attempt == 0:
+                        self.pool().check()
+                        continue
+                    self._rollback(conn)
+                    raise self._unavailable(exc) from None
+                except BaseException:
+                    self._rollback(conn)
+                    raise
+        raise AssertionError("unreachable")
 
     def read(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn(conn)`` in one ``REPEATABLE READ READ ONLY`` transaction (one snapshot).

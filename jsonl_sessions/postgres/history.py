@@ -24,7 +24,7 @@ from ..records import calls, decode_or_none
 from ..rules import check_window
 from ..types import ChatMessage, Page
 from .base import PostgresCore, SessionRow, nul_free
-from .db import Conn
+from .db import Conn, lit
 
 
 class HistoryMethods(PostgresCore):
@@ -73,7 +73,10 @@ class HistoryMethods(PostgresCore):
         """How many messages (rows) the session holds; :class:`SessionNotFoundError` for a
         missing session. O(1): the counter column kept by every writer."""
         validate_key(key)
-        return self._db.read(lambda c: self._existing(c, key).count)  # type: ignore[no-any-return]
+        found = self._db.read_one(f"SELECT message_count FROM {self._s}.sessions WHERE key = {lit(key)}")
+        if not found:
+            raise SessionNotFoundError(key=key)
+        return int(found[0][0])
 
     def get_message(self, key: str, message_id: str) -> ChatMessage | None:
         """The message with id ``message_id``; None when the session has none (or does not
@@ -81,12 +84,12 @@ class HistoryMethods(PostgresCore):
         validate_key(key)
         if not usable_id(message_id):
             return None
-        row = self._db.read(lambda c: c.execute(
+        found = self._db.read_one(
             f"SELECT m.seq, m.line FROM {self._s}.messages m JOIN {self._s}.sessions s ON m.session = s.id "
-            "WHERE s.key = %s AND m.id = %s", (key, nul_free(message_id))).fetchone())
-        if row is None:
+            f"WHERE s.key = {lit(key)} AND m.id = {lit(nul_free(message_id))}")
+        if not found:
             return None
-        got = rows.decode_rows([(row[0], row[1].encode())], key=key, path=self._path, strict=False)
+        got = rows.decode_rows([(found[0][0], found[0][1].encode())], key=key, path=self._path, strict=False)
         return got[0] if got else None
 
     def get_messages(self, key: str, *, limit: int | None = None, offset: int = 0) -> list[ChatMessage]:

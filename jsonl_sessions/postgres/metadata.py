@@ -55,8 +55,7 @@ class MetadataMethods(PostgresCore):
     def get_session_metadata(self, key: str) -> SessionMetadata | None:
         """The session's metadata; None when it does not exist. O(log sessions).
         :class:`CorruptMetadataError` for an unreadable meta."""
-        validate_key(key)
-        s = self._db.read(lambda c: self._session(c, key))
+        s = self._session_row(key)
         return None if s is None else self._describe(s, self._meta(s))
 
     # -- ownership ----------------------------------------------------------------------
