@@ -300,22 +300,14 @@ class Database:
             with contextlib.suppress(psycopg.Error):
                 conn.execute("ROLLBACK")
 
-    def read_one(self, query: str) -> list[tuple[Any, ...]]:
-        """The rows of one SELECT (values inlined as literals, see :func:`lit`), sent with
-        BEGIN, its timeout and COMMIT in one request: one round trip. One statement sees
-        one snapshot. Raises :class:`DatabaseUnavailableError` (a dead pooled connection
-        is replaced once)."""
+    def _reading(self, run: Callable[[Conn], T]) -> T:
+        """``run(conn)`` on a pooled connection; a connection found broken is replaced once
+        (after checking the pool: a server restart leaves dead ones) and the read run again
+        (reads change nothing). Raises :class:`DatabaseUnavailableError`."""
         for attempt in (0, 1):
             with self._connection() as conn:
                 try:
-                    cur = conn.execute(f"{self._begin_read_one}; {query}; COMMIT", prepare=False)
-                    found: list[tuple[Any, ...]] = []
-                    while True:
-                        result = cur.pgresult
-                        if result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK:
-                            found = cur.fetchall()
-                        if not cur.nextset():
-                            return found
+                    return run(conn)
                 except psycopg.OperationalError as exc:
                     if conn.broken and attempt == 0:
                         self.pool().check()
@@ -327,28 +319,34 @@ class Database:
                     raise
         raise AssertionError("unreachable")
 
+    def read_one(self, query: str) -> list[tuple[Any, ...]]:
+        """The rows of one SELECT (values inlined as literals, see :func:`lit`), sent with
+        BEGIN, its timeout and COMMIT in one request: one round trip. One statement sees
+        one snapshot. Raises :class:`DatabaseUnavailableError`."""
+
+        def run(conn: Conn) -> list[tuple[Any, ...]]:
+            cur = conn.execute(f"{self._begin_read_one}; {query}; COMMIT", prepare=False)
+            found: list[tuple[Any, ...]] = []
+            while True:
+                result = cur.pgresult
+                if result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK:
+                    found = cur.fetchall()
+                if not cur.nextset():
+                    return found
+
+        return self._reading(run)
+
     def read(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn(conn)`` in one ``REPEATABLE READ READ ONLY`` transaction (one snapshot).
-        Raises :class:`DatabaseUnavailableError` (a dead pooled connection is replaced once)."""
-        for attempt in (0, 1):
-            with self._connection() as conn:
-                started = False
-                try:
-                    conn.execute(self._begin_read)
-                    started = True
-                    result = fn(conn)
-                    conn.execute("COMMIT")
-                    return result
-                except psycopg.OperationalError as exc:
-                    if conn.broken and not started and attempt == 0:
-                        self.pool().check()
-                        continue
-                    self._rollback(conn)
-                    raise self._unavailable(exc) from None
-                except BaseException:
-                    self._rollback(conn)
-                    raise
-        raise AssertionError("unreachable")
+        Raises :class:`DatabaseUnavailableError`."""
+
+        def run(conn: Conn) -> T:
+            conn.execute(self._begin_read)
+            result = fn(conn)
+            conn.execute("COMMIT")
+            return result
+
+        return self._reading(run)
 
     @contextlib.contextmanager
     def guard(self, key: str) -> Iterator[None]:
