@@ -190,16 +190,39 @@ class LockTimeoutError(SessionStoreError, TimeoutError):
         return f"timed out after {self.timeout}s waiting for the lock of session {self.key!r} ({self.path}; {holder})"
 
 
+class DatabaseUnavailableError(SessionStoreError, ConnectionError):
+    """A database backend could not do the call: the server could not be reached, the
+    connection broke, or a statement ran past ``statement_timeout``, before anything was
+    committed (the call changed nothing; it is safe to retry). ``dsn`` names the server
+    (without a password), ``reason`` says what failed."""
+
+    _fields = ("dsn", "reason")
+    _template = "the database {dsn} is unavailable: {reason}"
+    dsn: str | None
+    reason: str | None
+
+
+class OutcomeUnknownError(DatabaseUnavailableError):
+    """The connection broke while the server was committing: the mutation may or may not
+    have been committed. Read back to find out; a retry of an append that carries its own
+    message id is idempotent (it raises :class:`DuplicateMessageError` if the first try
+    was committed)."""
+
+    _template = "the database {dsn} went away during COMMIT; the mutation may or may not be committed: {reason}"
+
+
 __all__ = [
     "CorruptControlError",
     "CorruptMetadataError",
     "CorruptTranscriptError",
+    "DatabaseUnavailableError",
     "DuplicateMessageError",
     "InvalidArgumentError",
     "InvalidMessageError",
     "InvalidSessionKeyError",
     "LockTimeoutError",
     "MessageNotFoundError",
+    "OutcomeUnknownError",
     "SerializationError",
     "SessionExistsError",
     "SessionNotFoundError",

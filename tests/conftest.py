@@ -30,3 +30,6 @@ def untimed(monkeypatch: pytest.MonkeyPatch) -> None:
     before each timed block."""
     monkeypatch.setattr(os, "sync", lambda: None)
     monkeypatch.setattr(gc, "collect", lambda generation=2: 0)
+
+
+from _pg import pg_dsn, pg_schema, pg_server  # noqa: E402,F401  (PostgreSQL fixtures: a server per test session)

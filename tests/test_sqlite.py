@@ -34,8 +34,8 @@ from jsonl_sessions import (
     LockTimeoutError,
     SessionStore,
 )
+from jsonl_sessions.rows import index_of
 from jsonl_sessions.sqlite import SCHEMA_VERSION, SchemaError, SqliteSessionStore
-from jsonl_sessions.sqlite.rows import index_of
 from jsonl_sessions.testing import SessionStoreContract, make_state_machine
 
 

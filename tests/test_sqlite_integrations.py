@@ -5,27 +5,19 @@ itself (same signatures as the JSONL store), the async facade, and both SDK adap
 from __future__ import annotations
 
 import asyncio
-import inspect
 import pathlib
 from typing import Any
 
 import pytest
+from _backends import assert_database_backend
 
 from jsonl_sessions import AsyncSessionStore, SessionStore
-from jsonl_sessions.protocol import SessionBackend, backend_methods
 from jsonl_sessions.sqlite import SqliteSessionStore
 
 
 def test_the_sqlite_store_is_a_backend_with_the_contracts_signatures(tmp_path: pathlib.Path) -> None:
-    with SqliteSessionStore(tmp_path / "s.db") as store:
-        backend: SessionBackend = store  # checked by mypy too (jsonl_sessions/sqlite/store.py)
-        assert isinstance(backend, SessionBackend)
-        for name in [*backend_methods(), "close"]:
-            assert inspect.signature(getattr(SqliteSessionStore, name)) == inspect.signature(
-                getattr(SessionBackend, name)), name
-    public = {n for n, v in inspect.getmembers(SqliteSessionStore, inspect.isfunction) if not n.startswith("_")}
-    assert public - set(backend_methods()) == {"close", "compaction_report", "export_session", "import_session", "lock",
-                                               "verify"}
+    with SqliteSessionStore(tmp_path / "s.db") as store:  # the protocol is checked by mypy too (sqlite/store.py)
+        assert_database_backend(SqliteSessionStore, store)
     with pytest.raises(ValueError, match="closed"):
         store.load("k")
     store.close()  # idempotent

@@ -179,11 +179,21 @@ def _rm(p: argparse.ArgumentParser) -> None:
     p.add_argument("-f", "--force", action="store_true", help="also remove running sessions; ignore missing ones")
 
 
+MIGRATE_BACKENDS = (*BACKENDS, "postgres")
+
+
 def _migrate(p: argparse.ArgumentParser) -> None:
-    p.add_argument("source", metavar="SRC", help="the store to copy: a JSONL directory or a SQLite file")
+    p.add_argument("source", metavar="SRC", help="the store to copy: a JSONL directory, a SQLite file or a "
+                   "PostgreSQL DSN (postgresql://...)")
     p.add_argument("target", metavar="DST", help="the store to copy into (created if missing)")
-    p.add_argument("--from", dest="source_backend", choices=BACKENDS, default="auto", help="SRC's kind (default auto)")
-    p.add_argument("--to", dest="target_backend", choices=BACKENDS, default="auto", help="DST's kind (default auto)")
+    p.add_argument("--from", dest="source_backend", choices=MIGRATE_BACKENDS, default="auto",
+                   help="SRC's kind (default auto: postgres for a postgresql:// URL)")
+    p.add_argument("--to", dest="target_backend", choices=MIGRATE_BACKENDS, default="auto",
+                   help="DST's kind (default auto)")
+    p.add_argument("--from-schema", dest="source_schema", default="jsonl_sessions",
+                   help="SRC's PostgreSQL schema (default jsonl_sessions)")
+    p.add_argument("--to-schema", dest="target_schema", default="jsonl_sessions",
+                   help="DST's PostgreSQL schema (default jsonl_sessions)")
 
 
 def _stats(p: argparse.ArgumentParser) -> None:

@@ -1,9 +1,13 @@
-"""The SQLite side of ``jsonl-sessions``: ``migrate`` between the backends, and the
+"""The database side of ``jsonl-sessions``: ``migrate`` between the backends (JSONL,
+SQLite, PostgreSQL), and the
 ``verify``, ``repair`` and ``stats`` commands on a SQLite store (the other commands work
 on either backend through the same API).
 
 A root is a SQLite store with ``--backend sqlite``, or with the default ``--backend auto``
-when it is an existing file or ends in ``.db`` / ``.sqlite`` / ``.sqlite3``.
+when it is an existing file or ends in ``.db`` / ``.sqlite`` / ``.sqlite3``. ``migrate``
+also takes a PostgreSQL store: a ``postgresql://`` (or ``postgres://``) URL, or any libpq
+DSN with ``--from postgres`` / ``--to postgres``, in the schema ``--from-schema`` /
+``--to-schema`` (default ``jsonl_sessions``).
 """
 
 from __future__ import annotations
@@ -18,14 +22,27 @@ from typing import Any
 
 from ..errors import SessionNotFoundError
 from ..sqlite import SqliteSessionStore, VerifyReport, migrate
+from ..sqlite.migrate import Store as AnyStore
 from ..sqlite.verify import KINDS
 from .common import EXIT_FAILURE, EXIT_OK, PROG, Store, UsageError, err, is_sqlite_path, json_out, open_path, out
 from .format import clean, short, when
 from .format import size as fmt_size
 
-
 # -- migrate ----------------------------------------------------------------------------------
-def _open(path: str, backend: str, *, create: bool, lock_timeout: float) -> Store:
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+
+
+def _is_postgres(path: str, backend: str) -> bool:
+    return backend == "postgres" or (backend == "auto" and path.startswith(POSTGRES_PREFIXES))
+
+
+def _open(path: str, backend: str, *, create: bool, lock_timeout: float, schema: str = "jsonl_sessions") -> AnyStore:
+    if _is_postgres(path, backend):
+        try:
+            from ..postgres import PostgresSessionStore
+        except ImportError as exc:
+            raise UsageError(str(exc)) from None
+        return PostgresSessionStore(path, schema=schema, lock_timeout=lock_timeout)
     path = os.path.abspath(os.path.expanduser(path))
     sqlite = is_sqlite_path(path, backend)
     if not create and not (os.path.isfile(path) if sqlite else os.path.isdir(path)):
@@ -56,21 +73,30 @@ class ProgressBar:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     """``migrate SRC DST``: copy every session of SRC into DST (see :func:`jsonl_sessions.sqlite.migrate`)."""
-    if os.path.abspath(args.source) == os.path.abspath(args.target):
+    pg_source = _is_postgres(args.source, args.source_backend)
+    pg_target = _is_postgres(args.target, args.target_backend)
+    if (pg_source and pg_target and args.source == args.target and args.source_schema == args.target_schema) or (
+            not pg_source and not pg_target and os.path.abspath(args.source) == os.path.abspath(args.target)):
         raise UsageError("SRC and DST are the same store")
-    source = _open(args.source, args.source_backend, create=False, lock_timeout=args.lock_timeout)
-    target = _open(args.target, args.target_backend, create=True, lock_timeout=args.lock_timeout)
-    kinds = {True: "SQLite file", False: "JSONL directory"}
+    source = _open(args.source, args.source_backend, create=False, lock_timeout=args.lock_timeout,
+                   schema=args.source_schema)
+    target = _open(args.target, args.target_backend, create=True, lock_timeout=args.lock_timeout,
+                   schema=args.target_schema)
     report = migrate(source, target, progress=ProgressBar())
     for key, exc in sorted(report.failed.items()):
         err(f"error: session {key!r} not copied: {exc}")
     out(f"copied {len(report.copied)} session{'s' if len(report.copied) != 1 else ''} from the "
-        f"{kinds[isinstance(source, SqliteSessionStore)]} {source.root} to the "
-        f"{kinds[isinstance(target, SqliteSessionStore)]} {target.root}"
+        f"{_kind(source)} {getattr(source, 'root', '')} to the {_kind(target)} {getattr(target, 'root', '')}"
         + (f"; {len(report.failed)} not copied (see above)" if report.failed else ""))
     source.close()
     target.close()
     return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+def _kind(store: AnyStore) -> str:
+    if isinstance(store, SqliteSessionStore):
+        return "SQLite file"
+    return "JSONL directory" if isinstance(store, Store) else "PostgreSQL store"
 
 
 # -- verify -----------------------------------------------------------------------------------

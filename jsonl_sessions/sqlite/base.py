@@ -13,23 +13,18 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .. import codec, ids, sidecar
+from .. import codec, ids, rows, sidecar
 from ..assign import assign_ids, replacement_record
+from ..dbfront import DatabaseFront
 from ..errors import (
-    CorruptTranscriptError,
-    InvalidMessageError,
     SessionNotFoundError,
 )
 from ..keys import validate_key
 from ..rules import check_options
-from ..types import ChatMessage, Durability, MessageLike, TimestampedMessage, as_message, datetime_of_ms
-from . import rows
+from ..types import ChatMessage, Durability, MessageLike, as_message
 from .db import Database
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
 
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
@@ -47,8 +42,10 @@ class SessionRow:
 _SESSION_COLUMNS = "id, meta, message_count, size_bytes, activity_ns"
 
 
-class SqliteCore:
+class SqliteCore(DatabaseFront):
     """A session store in one SQLite file: the core (see :class:`SqliteSessionStore`)."""
+
+    _db: Database
 
     def __init__(
         self,
@@ -69,34 +66,6 @@ class SqliteCore:
         if not os.path.isdir(parent):
             os.makedirs(parent, mode=0o700, exist_ok=True)
         self._db = Database(self._path, durability=durability, lock_timeout=lock_timeout)
-
-    # -- properties ----------------------------------------------------------------------
-    @property
-    def path(self) -> str:
-        """The database file."""
-        return self._path
-
-    @property
-    def root(self) -> str:
-        """The database file (the JSONL backend's ``root`` is its directory)."""
-        return self._path
-
-    @property
-    def durability(self) -> Durability:
-        return self._durability
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._path!r}, durability={self._durability!r})"
-
-    def close(self) -> None:
-        """Close the store's connections (of every thread). Further calls raise ValueError."""
-        self._db.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- guard ---------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -141,23 +110,6 @@ class SqliteCore:
     def _has_id(self, c: sqlite3.Connection, sid: int, message_id: str) -> bool:
         return c.execute("SELECT 1 FROM messages WHERE session = ? AND id = ?", (sid, message_id)).fetchone() is not None
 
-    def _check_clean(self, c: sqlite3.Connection, s: SessionRow, start: int = 0) -> int:
-        """Refuse (:class:`CorruptTranscriptError`) to drop rows from ``start`` on when one of
-        them does not parse: it would be destroyed. The number of messages. O(rows)."""
-        return len(self._strict(c, s, self._rows(c, s.id, start)))
-
-    def _strict(self, c: sqlite3.Connection, s: SessionRow, data: list[tuple[int, bytes]]) -> list[ChatMessage]:
-        """The messages of rows ``data`` (consecutive), or :class:`CorruptTranscriptError`
-        naming the first that does not parse (its byte offset computed only then)."""
-        try:
-            return rows.decode_rows(data, key=s.key, path=self._path, strict=True)
-        except CorruptTranscriptError as exc:
-            if not data or not data[0][0]:
-                raise
-            base = self._offset_of(c, s.id, data[0][0])
-            raise rows.corrupt(s.key, self._path, (exc.line or 1) - 1, base + (exc.offset or 0),
-                               exc.reason or "") from None
-
     def _insert(self, c: sqlite3.Connection, sid: int, first_seq: int, lines: Sequence[bytes],
                 records: Sequence[dict[str, Any]] | None = None) -> None:
         """Insert ``lines`` at positions ``first_seq...``, with their index columns taken from
@@ -184,9 +136,6 @@ class SqliteCore:
         c.execute("DELETE FROM messages WHERE session = ?", (sid,))
         self._insert(c, sid, 0, lines, records)
         self._set_counts(c, sid, len(lines), rows.sizes(lines))
-
-    def _meta(self, s: SessionRow) -> dict[str, Any]:
-        return rows.decode_meta(s.meta, s.key, self._path)
 
     def _write_meta(self, c: sqlite3.Connection, s: SessionRow, meta: dict[str, Any]) -> None:
         meta["updated_at"] = self._clock()
@@ -220,32 +169,7 @@ class SqliteCore:
         """Records with ids and times for ``messages`` (see :func:`assign.assign_ids`)."""
         return assign_ids(key, messages, previous, self._clock(), exists)
 
-    def _encode(self, key: str, records: Iterable[dict[str, Any]]) -> list[bytes]:
-        """The lines of ``records`` (without newlines). SerializationError /
-        InvalidMessageError (over ``max_message_bytes``, counting the newline)."""
-        limit = self._max_message_bytes
-        out = []
-        for record in records:
-            line = codec.encode_record(record, key)
-            if len(line) > limit:
-                raise InvalidMessageError(key=key, message_id=record["id"],
-                                          reason=f"message is {len(line)} bytes, over max_message_bytes={limit}")
-            out.append(line[:-1])
-        return out
-
     # -- reading ---------------------------------------------------------------------------
-    def load(self, key: str) -> list[ChatMessage]:
-        """Every message, oldest first; ``[]`` for a missing session. Lenient: a row that
-        does not parse is skipped with a logged warning, never raised (use :meth:`try_load`
-        before writing a history back). One read transaction. Cost: O(messages)."""
-        return self._load(key, strict=False)
-
-    def try_load(self, key: str) -> list[ChatMessage]:
-        """Every message, oldest first; ``[]`` for a missing or empty session. Raises
-        :class:`CorruptTranscriptError` for a row that does not parse (its line number and
-        byte offset in the session's export). Cost: O(messages)."""
-        return self._load(key, strict=True)
-
     def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
         validate_key(key)
         with self._db.read() as c:
@@ -254,10 +178,6 @@ class SqliteCore:
                 return []
             data = self._rows(c, s.id)
         return rows.decode_rows(data, key=key, path=self._path, strict=strict)
-
-    def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
-        """Like :meth:`load`, each message with its ``created_at`` as an aware UTC datetime."""
-        return [TimestampedMessage(m, datetime_of_ms(m.created_at)) for m in self.load(key)]
 
     def session_exists(self, key: str) -> bool:
         """Whether the session exists. O(log sessions)."""
@@ -271,14 +191,6 @@ class SqliteCore:
             return sorted(k for (k,) in c.execute("SELECT key FROM sessions"))
 
     # -- appending -------------------------------------------------------------------------
-    def append(self, key: str, message: MessageLike) -> str:
-        """Append one message (creating the session if needed); its id. One transaction,
-        durable on return in fsync mode. SerializationError / InvalidMessageError /
-        DuplicateMessageError with nothing written. Cost: O(log n)."""
-        return self.append_many(key, (message,))[0]
-
-    append_message = append
-
     def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
         """Append several messages in one transaction (all or none); their ids."""
         validate_key(key)
@@ -363,49 +275,11 @@ class SqliteCore:
                 sid = s.id
             self._replace_rows(c, sid, lines, records)
 
-    def replace_conversation_state(self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool) -> None:
-        """Replace the messages and the trim-breadcrumb flag in one transaction (one
-        crash-atomic unit). Creates the session if needed."""
-        self._replace_state(key, messages, breadcrumb_present, if_exists=False)
-
-    def replace_conversation_state_if_exists(
-        self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool
-    ) -> bool:
-        """Like :meth:`replace_conversation_state`, but only while the session exists: False,
-        nothing written, when it does not (a deleted session is never recreated: the check
-        and the write are one transaction)."""
-        return self._replace_state(key, messages, breadcrumb_present, if_exists=True)
-
     def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
         validate_key(key)
         msgs = [as_message(m) for m in messages]
         with self._db.write(key) as c:
-            s = self._session(c, key)
-            if if_exists and s is None:
-                return False
-            records = self._assign(key, msgs, None)
-            lines = self._encode(key, records)
-            if s is None:
-                sid = self._create(c, key, sidecar.new_sidecar(key, self._clock(), bool(breadcrumb)))
-            else:
-                self._check_clean(c, s)
-                meta = self._meta(s)
-                meta["trim_breadcrumb"] = bool(breadcrumb)
-                self._write_meta(c, s, meta)
-                sid = s.id
-            self._replace_rows(c, sid, lines, records)
-            return True
-
-    def set_session_trim_breadcrumb(self, key: str, present: bool) -> None:
-        """Record whether the transcript starts with a synthetic trim breadcrumb.
-        :class:`SessionNotFoundError` for a missing session."""
-        self._update(key, lambda meta: meta.__setitem__("trim_breadcrumb", bool(present)))
-
-    def get_session_trim_breadcrumb(self, key: str) -> bool | None:
-        """The recorded flag; None when the session is missing or never set it."""
-        meta = self._meta_of(key)
-        value = None if meta is None else meta.get("trim_breadcrumb")
-        return value if isinstance(value, bool) else None
+            return self._replace_state_in(c, key, self._session(c, key), msgs, breadcrumb, if_exists)
 
     def _update(self, key: str, change: Callable[[dict[str, Any]], None]) -> None:
         """Apply ``change`` to the meta of an existing session in one transaction.

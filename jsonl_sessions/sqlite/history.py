@@ -15,14 +15,14 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
-from .. import sidecar
-from ..errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError
+from .. import rows
+from ..dbfront import usable_id
+from ..errors import MessageNotFoundError, SessionNotFoundError
 from ..keys import validate_key
 from ..pagewalk import TURN_SEARCH_LINES, Item, Lines, Reading, page_back, page_forward
 from ..records import calls, decode_or_none
-from ..rules import check_page_arguments, check_window
+from ..rules import check_window
 from ..types import ChatMessage, Page
-from . import rows
 from .base import SessionRow, SqliteCore
 
 
@@ -64,19 +64,12 @@ def _forward(c: sqlite3.Connection, sid: int, start: int, chunk: int = 32) -> It
         chunk = min(chunk * 4, 4096)
 
 
-def _warn(reading: Reading, key: str, path: str) -> None:
-    if reading.bad:
-        first = min(reading.bad)
-        rows.log.warning("skipped %d corrupt row(s) of session %r in %s; first at line %d: %s",
-                         len(reading.bad), key, path, first + 1, reading.bad[first])
-
-
 class HistoryMethods(SqliteCore):
     """Part of :class:`SqliteSessionStore` (which inherits it)."""
 
     def _seq_of(self, c: sqlite3.Connection, sid: int, message_id: object) -> int | None:
         """The position of the message with that id (the first, should there be two). O(log n)."""
-        if not _usable_id(message_id):
+        if not usable_id(message_id):
             return None
         row = c.execute("SELECT seq FROM messages WHERE session = ? AND id = ? ORDER BY seq LIMIT 1",
                         (sid, message_id)).fetchone()
@@ -113,7 +106,7 @@ class HistoryMethods(SqliteCore):
         """The message with id ``message_id``; None when the session has none (or does not
         exist, or that row does not parse: logged). O(log n) through the id index."""
         validate_key(key)
-        if not _usable_id(message_id):
+        if not usable_id(message_id):
             return None
         with self._db.read() as c:
             row = c.execute("SELECT m.seq, m.line FROM messages m JOIN sessions s ON m.session = s.id "
@@ -141,36 +134,14 @@ class HistoryMethods(SqliteCore):
         return rows.decode_rows(data, key=key, path=self._path, strict=False)
 
     # -- pages -------------------------------------------------------------------------------
-    def page(
-        self,
-        key: str,
-        *,
-        limit: int = 100,
-        before: str | None = None,
-        after: str | None = None,
-        ts_before: int | None = None,
-        breakpoint: bool = False,
-        whole_turns: bool = False,
-    ) -> Page:
-        """One page of messages, oldest first, with the JSONL backend's semantics (see
-        :meth:`jsonl_sessions.SessionStore.page`): no cursor = the ``limit`` newest,
-        ``before=id`` = the ``limit`` newest older than it, ``after=id`` = the ``limit``
-        oldest newer than it (``after=""``: from the first); ``ts_before``, ``breakpoint``
-        and ``whole_turns`` filter, cut and widen the same way. Raises
-        :class:`SessionNotFoundError`, :class:`MessageNotFoundError` (unknown cursor),
-        ValueError (``limit < 1``, both cursors). One read transaction. Cost: O(log n) to
-        find a cursor plus O(page) rows (``ts_before`` reads the rows it skips)."""
-        validate_key(key)
-        check_page_arguments(limit, before, after, ts_before)
-        reading = Reading(ts_before)
+    def _read_page(self, key: str, limit: int, before: str | None, after: str | None, reading: Reading,
+                   breakpoint: bool, whole_turns: bool) -> Page:
+        """A page (see :meth:`page`), in one read transaction."""
         with self._db.read() as c:
             s = self._existing(c, key)
             if after is None:
-                got = self._page_backward(c, s, limit, before, reading, breakpoint, whole_turns)
-            else:
-                got = self._page_forward(c, s, limit, after, reading, breakpoint, whole_turns)
-        _warn(reading, key, self._path)
-        return got
+                return self._page_backward(c, s, limit, before, reading, breakpoint, whole_turns)
+            return self._page_forward(c, s, limit, after, reading, breakpoint, whole_turns)
 
     def _cursor(self, c: sqlite3.Connection, s: SessionRow, message_id: str) -> int:
         seq = self._seq_of(c, s.id, message_id)
@@ -218,19 +189,7 @@ class HistoryMethods(SqliteCore):
         validate_key(target)
         with self._db.write(source) as c:
             src = self._existing(c, source)
-            if self._session(c, target) is not None:
-                raise SessionExistsError(key=target)
-            if up_to_message_id is None:
-                end = src.count
-                fork_point = self._last_id(c, src.id)
-            else:
-                end = self._find_valid(c, src, up_to_message_id) + 1
-                fork_point = up_to_message_id
-            source_meta = self._meta(src)
-            meta = sidecar.new_sidecar(target, self._clock(), source_meta.get("trim_breadcrumb"))
-            meta["parent"] = source
-            meta["fork_point"] = fork_point
-            sid = self._create(c, target, meta)
+            end, fork_point, sid = self._fork_target(c, src, target, up_to_message_id)
             c.execute("INSERT INTO messages (session, seq, id, created_at, role, kind, line) "
                       "SELECT ?, seq, id, created_at, role, kind, line FROM messages WHERE session = ? AND seq < ?",
                       (sid, src.id, end))

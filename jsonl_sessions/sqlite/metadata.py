@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from .. import records, sidecar
-from ..compaction import CompactionReport, plan_lines
-from ..errors import CorruptMetadataError, CorruptTranscriptError, SessionNotFoundError
+from .. import records, rows, sidecar
+from ..compaction import CompactionReport
+from ..errors import CorruptMetadataError, SessionNotFoundError
 from ..keys import validate_key
-from ..rules import check_context, check_number, check_query, check_state, check_text
-from ..types import SessionMetadata, SessionQuery, SessionState
-from . import rows
+from ..rules import check_number, check_query, check_text
+from ..types import SessionMetadata, SessionQuery
 from .base import SessionRow, SqliteCore
 
 _ALL = "SELECT key, id, meta, message_count, size_bytes, activity_ns FROM sessions"
@@ -45,13 +44,9 @@ class MetadataMethods(SqliteCore):
                 rows.log.warning("%s", exc)
                 yield s, None
 
-    @staticmethod
-    def _describe(s: SessionRow, meta: Mapping[str, Any] | None) -> SessionMetadata:
-        return sidecar.describe(s.key, meta, s.count, s.size, s.activity_ns)
-
-    def _where(self, keep: Callable[[SessionRow, dict[str, Any] | None], bool]) -> list[SessionMetadata]:
+    def _where(self, keep: Callable[[dict[str, Any] | None], bool]) -> list[SessionMetadata]:
         with self._db.read() as c:
-            return [self._describe(s, meta) for s, meta in self._all(c) if keep(s, meta)]
+            return [self._describe(s, meta) for s, meta in self._all(c) if keep(meta)]
 
     def get_session_metadata(self, key: str) -> SessionMetadata | None:
         """The session's metadata; None when it does not exist. O(log sessions): counts and
@@ -61,39 +56,7 @@ class MetadataMethods(SqliteCore):
             s = self._session(c, key)
         return None if s is None else self._describe(s, self._meta(s))
 
-    def list_sessions_with_metadata(self) -> list[SessionMetadata]:
-        """Every session's metadata, in key order (one snapshot). O(sessions)."""
-        return self._where(lambda _s, _meta: True)
-
-    # -- setters and getters ------------------------------------------------------------
-    def set_session_name(self, key: str, name: str) -> None:
-        """Set the name (any string). :class:`SessionNotFoundError` for a missing session."""
-        value = check_text("name", name)
-        self._update(key, lambda meta: meta.__setitem__("name", value))
-
-    def get_session_name(self, key: str) -> str | None:
-        return sidecar.text(self._meta_of(key), "name")
-
-    def set_session_agent_alias(self, key: str, agent_alias: str) -> None:
-        """Record the agent alias. :class:`SessionNotFoundError` for a missing session."""
-        value = check_text("agent_alias", agent_alias)
-        self._update(key, lambda meta: meta.__setitem__("agent_alias", value))
-
-    def get_session_agent_alias(self, key: str) -> str | None:
-        return sidecar.text(self._meta_of(key), "agent_alias")
-
-    def set_session_context(self, key: str, context: Mapping[str, str]) -> None:
-        """Replace the context (a str -> str map; ``{}`` clears it). TypeError / ValueError
-        for a bad value; :class:`SessionNotFoundError` for a missing session."""
-        value = check_context(context)
-        self._update(key, lambda meta: meta.__setitem__("context", value))
-
-    def set_session_principal(self, key: str, principal_id: str) -> None:
-        """Record the owning principal (non-empty). :class:`SessionNotFoundError` for a
-        missing session."""
-        value = check_text("principal_id", principal_id, empty=False)
-        self._update(key, lambda meta: meta.__setitem__("principal_id", value))
-
+    # -- ownership ----------------------------------------------------------------------
     def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
         """Delete the session only when its recorded principal equals ``owner_principal_id``;
         True when deleted. Fails closed (missing session, no owner, another owner, "" ->
@@ -107,62 +70,10 @@ class MetadataMethods(SqliteCore):
                 return False
             return self.delete_session(key)
 
-    # -- run state ------------------------------------------------------------------------
-    def set_session_state(self, key: str, state: str, turn_id: str | None = None) -> None:
-        """Set the run state (``idle``, ``running``, ``error``; else ValueError) and turn
-        (cleared on ``idle``). ``since`` changes only when the state or the turn changes.
-        :class:`SessionNotFoundError` for a missing session."""
-        new_state, turn = check_state(state, turn_id)
-        self._update(key, lambda meta: sidecar.set_state(meta, new_state, turn, self._clock()))
-
-    def get_session_state(self, key: str) -> SessionState | None:
-        """The run state; None when the session is missing or never had one."""
-        return sidecar.run_state(self._meta_of(key))
-
-    def list_running_sessions(self) -> list[SessionMetadata]:
-        """Every session in state ``running``, in key order."""
-        return self._where(lambda _s, meta: sidecar.state(meta) == "running")
-
-    def list_stuck_sessions(self, threshold_secs: float) -> list[SessionMetadata]:
-        """Every session that entered ``running`` more than ``threshold_secs`` ago (store clock)."""
-        threshold_ms = check_number("threshold_secs", threshold_secs) * 1000
-        now = self._clock()
-
-        def stuck(_s: SessionRow, meta: dict[str, Any] | None) -> bool:
-            since = sidecar.millis(meta, "state_since")
-            return sidecar.state(meta) == "running" and since is not None and now - since > threshold_ms
-
-        return self._where(stuck)
-
     # -- attribution ----------------------------------------------------------------------
-    def count_agent_attribution(self, agent_alias: str) -> int:
-        """How many sessions are attributed to ``agent_alias``."""
-        alias = check_text("agent_alias", agent_alias)
-        return len(self._where(lambda _s, meta: sidecar.text(meta, "agent_alias") == alias))
-
-    def rename_agent_attribution(self, old_alias: str, new_alias: str) -> int:
-        """Re-attribute every session of ``old_alias`` to ``new_alias`` in one transaction;
-        the number changed (equal aliases: nothing written, the count returned)."""
-        old = check_text("old_alias", old_alias)
-        new = check_text("new_alias", new_alias)
-        if old == new:
-            return self.count_agent_attribution(old)
-        return self._reattribute(old, new)
-
-    def clear_agent_attribution(self, agent_alias: str) -> int:
-        """Remove the attribution to ``agent_alias`` from every session; the number changed."""
-        return self._reattribute(check_text("agent_alias", agent_alias), None)
-
     def _reattribute(self, old: str, new: str | None) -> int:
-        changed = 0
         with self._db.write(None) as c:
-            for s, meta in list(self._all(c)):
-                if meta is None or sidecar.text(meta, "agent_alias") != old:
-                    continue
-                meta["agent_alias"] = new
-                self._write_meta(c, s, meta)
-                changed += 1
-        return changed
+            return self._reattributed(c, list(self._all(c)), old, new)
 
     # -- TTL cleanup ----------------------------------------------------------------------
     def cleanup_stale(self, ttl_hours: float) -> int:
@@ -208,24 +119,6 @@ class MetadataMethods(SqliteCore):
         return out
 
     # -- compact / repair -----------------------------------------------------------------
-    def compact(self, key: str, *, repair: bool = False) -> int:
-        """Drop exact duplicates (a row with the same id and bytes as an earlier one; rows
-        without an id are never duplicates); the number of rows dropped (0: nothing
-        written). Order and bytes of the rest are kept.
-
-        Refuses, with :class:`CorruptTranscriptError` naming the first such row and nothing
-        changed, a session holding a row that does not parse or a second row with an
-        earlier row's id but other bytes, unless ``repair=True``: then every row of the
-        session is first copied to the ``quarantine`` table (with the key and the time;
-        never removed by the store; logged) and the rewrite keeps every row that parses (of
-        rows sharing an id, the first). One transaction. :class:`SessionNotFoundError` for a
-        missing session. Cost: O(rows)."""
-        report = self.compaction_report(key, repair=repair)
-        if report.quarantine is not None:
-            rows.log.warning("compact(repair=True) of session %r: its original rows are kept in %s", key,
-                             report.quarantine)
-        return report.dropped
-
     def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
         """:meth:`compact` returning its whole report instead of a count, logging nothing:
         the plan (rows kept, rows dropped with line number, byte offset in the export and
@@ -238,18 +131,12 @@ class MetadataMethods(SqliteCore):
             if s is None:
                 raise SessionNotFoundError(key=key)
             data = self._rows(c, s.id)
-            plan = plan_lines(line for _seq, line in data)
-            saved = None
-            if plan.problem is not None:
-                p = plan.problem
-                if not repair:
-                    raise CorruptTranscriptError(key=key, path=self._path, line=p.line, offset=p.offset,
-                                                 reason=p.reason)
+
+            def quarantine() -> str:
                 taken = self._clock()
                 repair_no = c.execute("SELECT coalesce(max(repair), 0) + 1 FROM quarantine").fetchone()[0]
                 c.executemany("INSERT INTO quarantine (repair, session_key, taken_at, seq, line) VALUES (?, ?, ?, ?, ?)",
                               [(repair_no, key, taken, seq, line) for seq, line in data])
-                saved = f"the quarantine table of {self._path} (repair {repair_no})"
-            if plan.dropped:
-                self._replace_rows(c, s.id, [line[:-1] for line in plan.kept])
-            return CompactionReport(key, plan, saved, False)
+                return f"the quarantine table of {self._path} (repair {repair_no})"
+
+            return self._compacted(key, data, repair, quarantine, lambda lines: self._replace_rows(c, s.id, lines))

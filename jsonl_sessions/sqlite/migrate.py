@@ -1,4 +1,4 @@
-"""Copy a whole store between the two backends (JSONL directory <-> SQLite file).
+"""Copy a whole store between the backends (JSONL directory, SQLite file, PostgreSQL schema).
 
 :func:`migrate` copies every session of ``source`` into ``target``: the messages as their
 exact stored lines (byte-identical, corrupt ones included: nothing is dropped or
@@ -6,7 +6,7 @@ re-encoded), the metadata object whole (name, alias, owner, run state, context,
 breadcrumb, creation time, lineage ``parent`` / ``fork_point``, fields a newer writer
 added) and the last-activity time. Each session is all or nothing, also after a crash:
 
-- into SQLite: one transaction per session;
+- into SQLite or PostgreSQL: one transaction per session (the store's ``import_session``);
 - into a JSONL directory: under the session's guard, the sidecar is written first (a
   sidecar alone is not a session), then the transcript to ``.<stem>.jsonl.tmp``, fsync,
   rename, directory fsync: the transcript appearing is the commit (the format's own
@@ -15,7 +15,7 @@ added) and the last-activity time. Each session is all or nothing, also after a 
 A session that already exists in the target is not touched (it is reported as failed,
 with :class:`SessionExistsError`); so is one whose copy failed for another reason. The
 source is only read (a JSONL session under its guard, so that the transcript and sidecar
-read belong together; a SQLite session in one read transaction).
+read belong together; a database session in one read transaction).
 """
 
 from __future__ import annotations
@@ -24,18 +24,29 @@ import contextlib
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
+from .. import rows
 from ..errors import SessionExistsError, SessionStoreError
 from ..keys import key_to_stem
 from ..sidecar import FORMAT_VERSION
 from ..store import SessionStore
-from . import rows
 from .store import SessionSnapshot, SqliteSessionStore
 
-Store = SessionStore | SqliteSessionStore
+
+class DatabaseStore(Protocol):
+    """A database backend's side of a migration (SQLite, PostgreSQL): a session's snapshot
+    out (None: no such session), a snapshot in as one transaction."""
+
+    def export_session(self, key: str) -> SessionSnapshot | None: ...
+    def import_session(self, snapshot: SessionSnapshot) -> None: ...
+    def list_sessions(self) -> list[str]: ...
+    def close(self) -> None: ...
+
+
+Store = SessionStore | SqliteSessionStore | DatabaseStore
 #: ``progress(done, total, key)``: called after each session (``key``: the one just copied).
 Progress = Callable[[int, int, str], None]
 _BOM = b"\xef\xbb\xbf"
@@ -78,9 +89,9 @@ def migrate(source: Store, target: Store, *, keys: Iterable[str] | None = None,
 # -- reading a session ---------------------------------------------------------------------
 def export_session(store: Store, key: str) -> SessionSnapshot | None:
     """A session's stored lines, metadata and activity; None when it does not exist."""
-    if isinstance(store, SqliteSessionStore):
-        return store.export_session(key)
-    return _export_jsonl(store, key)
+    if isinstance(store, SessionStore):
+        return _export_jsonl(store, key)
+    return store.export_session(key)
 
 
 def _paths(store: SessionStore, key: str) -> tuple[str, str, str, str]:
@@ -114,10 +125,10 @@ def _export_jsonl(store: SessionStore, key: str) -> SessionSnapshot | None:
 def import_session(store: Store, snapshot: SessionSnapshot) -> None:
     """Create ``snapshot.key`` in ``store`` holding exactly the snapshot, all or nothing.
     :class:`SessionExistsError` (nothing written) when it exists."""
-    if isinstance(store, SqliteSessionStore):
-        store.import_session(snapshot)
-    else:
+    if isinstance(store, SessionStore):
         _import_jsonl(store, snapshot)
+    else:
+        store.import_session(snapshot)
 
 
 def _import_jsonl(store: SessionStore, snapshot: SessionSnapshot) -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .. import rows
 from ..errors import SessionExistsError
 from ..keys import validate_key
-from . import rows
 from .history import HistoryMethods
 from .metadata import MetadataMethods
 from .verify import VerifyReport, verify

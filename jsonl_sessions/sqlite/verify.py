@@ -16,11 +16,12 @@ Cost: O(total bytes) (every line is decoded once, nothing kept).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
+from .. import rows
 from ..errors import CorruptMetadataError
-from . import rows
 
 
 @dataclass(frozen=True)
@@ -77,17 +78,20 @@ def verify(conn: sqlite3.Connection, path: str) -> VerifyReport:
             rows.decode_meta(meta, key, path)
         except CorruptMetadataError as exc:
             findings.append(Finding("corrupt-meta", key, exc.reason or str(exc)))
-        findings.extend(_check_rows(conn, sid, key, count, size))
+        query = "SELECT seq, id, created_at, role, kind, line FROM messages WHERE session = ? ORDER BY seq"
+        findings.extend(check_rows(conn.execute(query, (sid,)), key, count, size))
         total += count
     return VerifyReport(path, len(sessions), total, findings)
 
 
-def _check_rows(conn: sqlite3.Connection, sid: int, key: str, count: int, size: int) -> Iterator[Finding]:
+def check_rows(found: Iterable[tuple[int, Any, Any, Any, Any, bytes]], key: str, count: int,
+               size: int) -> Iterator[Finding]:
+    """The findings about one session's rows ``(seq, id, created_at, role, kind, line)`` in
+    position order, with its recorded ``count`` and ``size`` (shared by the database backends)."""
     n = 0
     nbytes = 0
     previous = ""
-    query = "SELECT seq, id, created_at, role, kind, line FROM messages WHERE session = ? ORDER BY seq"
-    for seq, mid, created, role, kind, line in conn.execute(query, (sid,)):
+    for seq, mid, created, role, kind, line in found:
         if seq != n:
             yield Finding("positions", key, f"row at position {n} has seq {seq}", n + 1)
             n = seq

@@ -1,4 +1,4 @@
-"""Rows <-> API values for the SQLite backend: message lines and the session metadata column.
+"""Rows <-> API values of the database backends: message lines and the session metadata column.
 
 A message row keeps the exact JSON line the JSONL backend would write (same encoder,
 :mod:`jsonl_sessions.codec`), without its newline; the other columns (id, created_at,
@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
-from .. import codec, sidecar
-from ..errors import CorruptMetadataError, CorruptTranscriptError
-from ..types import ChatMessage
+from . import codec, sidecar
+from .errors import CorruptMetadataError, CorruptTranscriptError
+from .types import ChatMessage
 
 log = logging.getLogger("jsonl_sessions")
 

@@ -1,0 +1,183 @@
+"""Session metadata and lifecycle of the PostgreSQL backend: listings, ownership,
+attribution, TTL cleanup, search and compact/repair (the setters and getters are
+:class:`jsonl_sessions.metafront.MetadataFront`'s, over this backend's primitives).
+
+A metadata change reads the session row ``FOR UPDATE`` under the session's guard, changes
+the object and writes it back with the columns copied from it; an unreadable object
+(:class:`CorruptMetadataError`) is never overwritten. Operations over many sessions
+(attribution, cleanup) lock the rows they change, so they serialise with the per-session
+writers by row locks (waiting at most ``lock_timeout``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .. import records, rows, sidecar
+from ..compaction import CompactionReport
+from ..errors import CorruptMetadataError, SessionNotFoundError
+from ..keys import validate_key
+from ..rules import check_number, check_query, check_text
+from ..types import SessionMetadata, SessionQuery
+from .base import PostgresCore, SessionRow, nul_free
+from .db import Conn
+
+
+def _named(meta: Mapping[str, Any] | None, needle: str) -> bool:
+    name = sidecar.text(meta, "name")
+    return name is not None and needle in name.casefold()
+
+
+class MetadataMethods(PostgresCore):
+    """Part of :class:`PostgresSessionStore` (which inherits it)."""
+
+    def _all(self, c: Conn, where: str = "", args: tuple[Any, ...] = (),
+             for_update: bool = False) -> list[tuple[SessionRow, dict[str, Any] | None]]:
+        """Sessions (all, or those ``where`` selects) with their meta (None when unreadable:
+        logged), in key order."""
+        got = c.execute(f"SELECT key, id, meta, message_count, size_bytes, activity_ns FROM {self._s}.sessions "
+                        f"{where}{' FOR UPDATE' if for_update else ''}", args).fetchall()
+        found = sorted((SessionRow(r[0], r[1:]) for r in got), key=lambda s: s.key)
+        out: list[tuple[SessionRow, dict[str, Any] | None]] = []
+        for s in found:
+            try:
+                out.append((s, self._meta(s)))
+            except CorruptMetadataError as exc:
+                rows.log.warning("%s", exc)
+                out.append((s, None))
+        return out
+
+    def _where(self, keep: Callable[[dict[str, Any] | None], bool]) -> list[SessionMetadata]:
+        return [self._describe(s, meta) for s, meta in self._db.read(self._all) if keep(meta)]
+
+    def get_session_metadata(self, key: str) -> SessionMetadata | None:
+        """The session's metadata; None when it does not exist. O(log sessions).
+        :class:`CorruptMetadataError` for an unreadable meta."""
+        s = self._session_row(key)
+        return None if s is None else self._describe(s, self._meta(s))
+
+    # -- ownership ----------------------------------------------------------------------
+    def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
+        """Delete the session only when its recorded principal equals ``owner_principal_id``;
+        True when deleted. Fails closed (missing session, no owner, another owner, "" ->
+        False, nothing deleted). One ``DELETE ... WHERE principal_id = ...`` statement under
+        the guard; the deleted row's meta is checked in the same transaction (an unreadable
+        or disagreeing one rolls it back: :class:`CorruptMetadataError` / False)."""
+        owner = check_text("owner_principal_id", owner_principal_id)
+        validate_key(key)
+        if not owner:
+            return False
+
+        class _Disagrees(Exception):
+            pass
+
+        def write(c: Conn) -> bool:
+            row = c.execute(f"DELETE FROM {self._s}.sessions WHERE key = %s AND principal_id = %s RETURNING meta",
+                            (key, nul_free(owner))).fetchone()
+            if row is None:
+                return False
+            if sidecar.text(rows.decode_meta(row[0], key, self._path), "principal_id") != owner:
+                raise _Disagrees
+            return True
+
+        try:
+            return self._db.write([key], write)
+        except _Disagrees:
+            return False
+
+    # -- attribution ----------------------------------------------------------------------
+    def _reattribute(self, old: str, new: str | None) -> int:
+        """Every session attributed to ``old`` (its row locked), re-attributed in one transaction."""
+
+        return self._db.write([], lambda c: self._reattributed(
+            c, self._all(c, "WHERE agent_alias = %s", (nul_free(old),), for_update=True), old, new))
+
+    # -- TTL cleanup ----------------------------------------------------------------------
+    def cleanup_stale(self, ttl_hours: float) -> int:
+        """Delete every session whose last change is older than ``ttl_hours`` (wall clock);
+        the number deleted. Never a ``running`` session, nor one whose meta is unreadable
+        (logged). One transaction; each row is locked and its time checked again after any
+        writer holding it commits. Cost: O(stale sessions + their rows)."""
+        cutoff = time.time_ns() - int(check_number("ttl_hours", ttl_hours) * 3600e9)
+
+        def write(c: Conn) -> int:
+            stale = [s.id for s, meta in self._all(c, "WHERE activity_ns < %s AND state IS DISTINCT FROM 'running'",
+                                                   (cutoff,), for_update=True)
+                     if meta is not None and sidecar.state(meta) != "running"]
+            if not stale:
+                return 0
+            got = c.execute(f"DELETE FROM {self._s}.sessions WHERE id = ANY(%s) AND activity_ns < %s RETURNING 1",
+                            (stale, cutoff)).fetchall()
+            return len(got)
+
+        return self._db.write([], write)
+
+    # -- search ---------------------------------------------------------------------------
+    def search(self, query: SessionQuery) -> list[SessionMetadata]:
+        """Sessions whose name or message text contains ``query.keyword``, newest activity
+        first (ties: key order), at most ``query.limit`` (None: all), only those attributed
+        to ``query.agent_alias`` when given. Matching is the JSONL backend's exactly
+        (``str.casefold`` on both sides, the same message text): the server finds the
+        candidate rows with ``strpos`` on the ``folded`` column (case-folded by Python when
+        the row was written; not ``ILIKE``, whose case rules differ and which treats ``%``
+        and ``_`` as wildcards), and each candidate line is then checked as the JSONL
+        backend checks it. One snapshot. Cost: O(bytes of the sessions' text)."""
+        needle, limit, alias = check_query(query)
+        ascii_needle = needle.encode("ascii") if needle.isascii() else None
+
+        def read(c: Conn) -> list[SessionMetadata]:
+            found = [(s, meta) for s, meta in self._all(c) if alias is None or sidecar.text(meta, "agent_alias") == alias]
+            found.sort(key=lambda item: (-item[0].activity_ns, item[0].key))
+            if not needle:
+                hits = {s.id for s, _meta in found}
+            else:
+                hits = {s.id for s, meta in found if _named(meta, needle)}
+                hits |= self._text_hits(c, [s.id for s, _meta in found if s.id not in hits], needle, ascii_needle)
+            out = [self._describe(s, meta) for s, meta in found if s.id in hits]
+            return out if limit is None else out[:limit]
+
+        return self._db.read(read)
+
+    def _text_hits(self, c: Conn, sids: list[int], needle: str, ascii_needle: bytes | None) -> set[int]:
+        """The sessions among ``sids`` with a message whose text contains ``needle``."""
+        if not sids:
+            return set()
+        if "\x00" in needle:  # only a row without folded text can hold it
+            cond, args = "folded IS NULL", (sids,)
+        else:
+            cond, args = "(folded IS NULL OR strpos(folded, %s) > 0)", (sids, needle)  # type: ignore[assignment]
+        hits: set[int] = set()
+        for sid, line in c.execute(f"SELECT session, line FROM {self._s}.messages WHERE session = ANY(%s) AND {cond}",
+                                   args):
+            if sid not in hits and records.mentions(line.encode(), needle, ascii_needle):
+                hits.add(sid)
+        return hits
+
+    # -- compact / repair -----------------------------------------------------------------
+    def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
+        """:meth:`compact` returning its whole report (the plan, and after a repair where the
+        original rows are). Same errors, atomicity and cost."""
+        validate_key(key)
+
+        def write(c: Conn) -> CompactionReport:
+            s = self._session(c, key, for_update=True)
+            if s is None:
+                raise SessionNotFoundError(key=key)
+            data = self._rows(c, s.id)
+
+            def quarantine() -> str:  # numbered by a sequence: repairs of two sessions never share a number
+                row = c.execute("SELECT nextval(%s::regclass)", (f"{self._s}.repairs",)).fetchone()
+                assert row is not None
+                c.execute(f"INSERT INTO {self._s}.quarantine (repair, session_key, taken_at, seq, line) "
+                          "SELECT %s, %s, %s, s, l FROM unnest(%s::bigint[], %s::text[]) AS u(s, l)",
+                          (row[0], key, self._clock(), [seq for seq, _ in data], [line.decode() for _, line in data]))
+                return f"the quarantine table of {self._path} (repair {row[0]})"
+
+            return self._compacted(key, data, repair, quarantine, lambda lines: self._replace_rows(c, s.id, lines))
+
+        return self._db.write([key], write)
+
+
+__all__ = ["MetadataMethods"]
