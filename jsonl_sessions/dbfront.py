@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 
 
 def usable_id(message_id: object) -> bool:
-    """Whether ``message_id`` can name a stored message (a str a driver can bind)."""
-    if not isinstance(message_id, str):
+    """Whether ``message_id`` can name a stored message: a non-empty str a driver can bind
+    ("" never names one, also when a row edited by another tool has no id)."""
+    if not isinstance(message_id, str) or not message_id:
         return False
     try:
         message_id.encode("utf-8")

@@ -15,8 +15,18 @@ from _child import child_env
 from jsonl_sessions import SessionQuery, SessionStore
 
 
-def open_descriptors() -> set[int]:
-    return {int(name) for name in os.listdir("/dev/fd")}
+def descriptors_under(root: pathlib.Path) -> set[str]:
+    """What this process's open descriptors name inside ``root`` (by path, so descriptors
+    that other tests' leftovers open or close meanwhile do not count)."""
+    named = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # closed meanwhile (the listing's own descriptor, among others)
+            continue
+        if target.startswith(str(root) + os.sep):
+            named.add(target)
+    return named
 
 
 _LOW_LIMIT = textwrap.dedent(
@@ -43,9 +53,9 @@ def test_appends_to_a_thousand_sessions_under_a_limit_of_256_descriptors(tmp_pat
 
 
 def test_close_releases_every_descriptor_the_store_kept(tmp_path: pathlib.Path) -> None:
-    before = open_descriptors()
     for durability in ("fsync", "flush"):
-        store = SessionStore(tmp_path / durability, durability=durability)
+        root = tmp_path / durability
+        store = SessionStore(root, durability=durability)
         for i in range(40):
             key = f"s{i}"
             store.append(key, {"role": "user", "content": "hello"})
@@ -55,9 +65,9 @@ def test_close_releases_every_descriptor_the_store_kept(tmp_path: pathlib.Path) 
             store.get_message_count(key)
         store.list_sessions_with_metadata()
         store.search(SessionQuery("hello"))
-        assert len(open_descriptors() - before) > 0  # it did keep some between calls
+        assert descriptors_under(root)  # it did keep some between calls
         store.close()
-        assert open_descriptors() == before, durability
+        assert descriptors_under(root) == set(), durability
         store.append("s0", {"role": "user", "content": "after close"})  # still usable
         store.close()
-        assert open_descriptors() == before
+        assert descriptors_under(root) == set()

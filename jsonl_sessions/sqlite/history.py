@@ -26,18 +26,6 @@ from ..types import ChatMessage, Page
 from .base import SessionRow, SqliteCore
 
 
-def _usable_id(message_id: object) -> bool:
-    """Whether ``message_id`` can name a stored message (a non-empty str SQLite can bind:
-    "" never names one, also when a row edited by another tool has no id)."""
-    if not isinstance(message_id, str) or not message_id:
-        return False
-    try:
-        message_id.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _backward(c: sqlite3.Connection, sid: int, end: int, chunk: int = 32) -> Iterator[Item]:
     """``(seq, line)`` of the rows before position ``end``, newest first, fetched in
     growing chunks (the first of ``chunk`` rows)."""
