@@ -13,7 +13,6 @@ transcript.
 
 from __future__ import annotations
 
-import hashlib
 
 from .errors import InvalidSessionKeyError
 
@@ -63,6 +62,8 @@ def key_to_stem(key: str) -> str:
         cut = head.rfind("%", len(head) - 2)
         if cut != -1:  # never split an escape
             head = head[:cut]
+        import hashlib  # only long keys need it: imported here, off the package's import path
+
         stem = head + "~" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:_HASH_HEX]
     return stem
 
