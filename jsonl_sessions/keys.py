@@ -13,7 +13,6 @@ transcript.
 
 from __future__ import annotations
 
-
 from .errors import InvalidSessionKeyError
 
 MAX_STEM = 120
@@ -78,6 +77,8 @@ def stem_to_key(stem: str) -> str | None:
     that is not a canonical stem (a file the store did not make)."""
     if is_hashed(stem) or not stem:
         return None
+    if len(stem) <= MAX_STEM and _SAFE.issuperset(stem) and stem not in _RESERVED and stem[0] != "-":
+        return stem  # nothing escaped: the stem is its own key (the common case, checked in C)
     out = bytearray()
     i = 0
     n = len(stem)
