@@ -44,6 +44,65 @@ def mentions(line: bytes, needle: str, ascii_needle: bytes | None) -> bool:
     return any(needle in text.casefold() for text in texts(record.get("content")))
 
 
+class Prefilter:
+    """Rules out whole blocks of transcript lines for one ``needle`` (casefolded) with byte
+    searches, before any line is decoded. :meth:`may_mention` is False only when no line of
+    the block can have text containing the needle, so skipping such blocks never changes a
+    result (a True block is checked line by line, exactly). A block is ruled out when it
+    holds no ``\\u`` escape and:
+
+    - the needle is not ASCII and the block is: ASCII text casefolds to ASCII;
+    - the needle is ASCII without a character JSON may escape (``"``, ``\\``, ``/``, control
+      characters), the block holds none of the non-ASCII characters whose casefold has
+      one of the needle's characters (``ß`` folds to ``ss``, the Kelvin sign to ``k``...),
+      and the needle is not in the block lowercased (ASCII letters only). Then every
+      match in a casefolded text comes from ASCII characters written as they are, so it
+      would be in the block's bytes.
+    """
+
+    __slots__ = ("ascii", "literal", "specials")
+
+    def __init__(self, needle: str) -> None:
+        self.ascii = needle.encode("ascii") if needle.isascii() else None
+        self.literal = self.ascii is not None and not any(c in '"\\/' or c < " " for c in needle)
+        folds = _folding_to_ascii()
+        self.specials = tuple(sorted({c.encode("utf-8") for ch in set(needle) for c in folds.get(ch, ())}))
+
+    def may_mention(self, block: bytes) -> bool:
+        """Whether a line of ``block`` (complete lines) may mention the needle."""
+        if b"\\u" in block:
+            return True
+        if self.ascii is None:
+            return not block.isascii()
+        if not self.literal:
+            return True
+        for special in self.specials:
+            if special in block:
+                return True
+        return self.ascii in block.lower()
+
+
+_FOLDS: dict[str, tuple[str, ...]] = {}
+
+
+def _folding_to_ascii() -> dict[str, tuple[str, ...]]:
+    """For each ASCII character, the non-ASCII characters whose casefold contains it
+    (computed once from this Python's Unicode tables; cased scripts all lie below
+    U+20000, so the scan stops there)."""
+    if not _FOLDS:
+        found: dict[str, set[str]] = {}
+        for cp in range(0x80, 0x20000):
+            c = chr(cp)
+            folded = c.casefold()
+            if folded == c:
+                continue
+            for ch in folded:
+                if ch.isascii():
+                    found.setdefault(ch, set()).add(c)
+        _FOLDS.update({ch: tuple(sorted(cs)) for ch, cs in found.items()})
+    return _FOLDS
+
+
 def tool_call_id_of(record: Mapping[str, Any]) -> str | None:
     """The ``tool_call_id`` of a tool result; None for any other message."""
     value = record.get("tool_call_id")
@@ -64,4 +123,4 @@ def decode_or_none(line: bytes) -> dict[str, Any] | None:
         return None
 
 
-__all__ = ["calls", "decode_or_none", "mentions", "texts", "tool_call_id_of"]
+__all__ = ["Prefilter", "calls", "decode_or_none", "mentions", "texts", "tool_call_id_of"]

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from io import BytesIO
 from typing import Any
 
-from . import _platform
 from .codec import JSONDecodeError, all_complete, decode_record, loads
 from .errors import CorruptTranscriptError
-from .lines import BOM, CHUNK_BYTES
+from .lines import BOM, CHUNK_BYTES, iter_blocks
 from .types import ChatMessage, from_record
 
 log = logging.getLogger("jsonl_sessions")
@@ -75,32 +74,13 @@ def parse_file(fd: int, size: int, *, strict: bool, key: str | None = None, path
     Peak memory is the messages returned plus that. Cost: O(size)."""
     messages: list[ChatMessage] = []
     bad: list[BadLine] = []
-    parts: list[bytes] = []  # bytes after the last newline seen (a line still being read)
-    base = 0  # file offset of the next unparsed byte (a line start)
-    number = 1  # line number at ``base``
-    at = 0
+    number = 1  # line number of the next block's first line
+    committed = 0
     with _gc_paused(size):
-        while at < size:
-            chunk = _platform.pread(fd, min(block, size - at), at)
-            if not chunk:
-                break
-            at += len(chunk)
-            nl = chunk.rfind(b"\n")
-            if nl == -1:
-                parts.append(chunk)
-                continue
-            if parts:
-                parts.append(chunk)
-                chunk = b"".join(parts)
-                nl = chunk.rfind(b"\n")
-                parts = []
-            if nl + 1 < len(chunk):
-                parts.append(chunk[nl + 1 :])
-                chunk = chunk[: nl + 1]
-            number = _parse_block(chunk, base, number, messages, bad, strict=strict, key=key, path=path)
-            base += len(chunk)
-            del chunk
-    return Parsed(messages, bad, base, at - base)
+        for start, chunk in iter_blocks(fd, 0, size, block):
+            number = _parse_block(chunk, start, number, messages, bad, strict=strict, key=key, path=path)
+            committed = start + len(chunk)
+    return Parsed(messages, bad, committed, size - committed)
 
 
 def _parse_block(block: bytes, base: int, number: int, messages: list[ChatMessage], bad: list[BadLine], *,
