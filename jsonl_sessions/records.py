@@ -45,62 +45,59 @@ def mentions(line: bytes, needle: str, ascii_needle: bytes | None) -> bool:
 
 
 class Prefilter:
-    """Rules out whole blocks of transcript lines for one ``needle`` (casefolded) with byte
-    searches, before any line is decoded. :meth:`may_mention` is False only when no line of
-    the block can have text containing the needle, so skipping such blocks never changes a
-    result (a True block is checked line by line, exactly). A block is ruled out when it
-    holds no ``\\u`` escape and:
-
-    - the needle is not ASCII and the block is: ASCII text casefolds to ASCII;
-    - the needle is ASCII without a character JSON may escape (``"``, ``\\``, ``/``, control
-      characters), the block holds none of the non-ASCII characters whose casefold has
-      one of the needle's characters (``ß`` folds to ``ss``, the Kelvin sign to ``k``...),
-      and the needle is not in the block lowercased (ASCII letters only). Then every
-      match in a casefolded text comes from ASCII characters written as they are, so it
-      would be in the block's bytes.
+    """Finds, with byte searches and before any line is decoded, the lines of a block of
+    transcript lines that may mention one ``needle`` (casefolded): every line whose text
+    contains the needle is among them, so checking only those never changes a result.
+    :meth:`candidates` gives no line when the block holds no ``\\u`` escape and the needle
+    is not ASCII but the block is (ASCII text casefolds to ASCII). When the needle is
+    ASCII without a character JSON may escape (``"``, ``\\``, ``/``, control characters)
+    and the block holds no ``\\u`` escape and none of the non-ASCII characters whose
+    casefold has one of the needle's characters (:data:`FOLDS_TO_ASCII`), every match in
+    a casefolded text comes from ASCII characters written as they are: the candidates are
+    the lines holding the needle in the block lowercased (ASCII letters only). Otherwise
+    every line is a candidate.
     """
 
     __slots__ = ("ascii", "literal", "specials")
 
     def __init__(self, needle: str) -> None:
         self.ascii = needle.encode("ascii") if needle.isascii() else None
-        self.literal = self.ascii is not None and not any(c in '"\\/' or c < " " for c in needle)
-        folds = _folding_to_ascii()
-        self.specials = tuple(sorted({c.encode("utf-8") for ch in set(needle) for c in folds.get(ch, ())}))
+        self.literal = bool(needle) and self.ascii is not None and not any(c in '"\\/' or c < " " for c in needle)
+        self.specials = tuple(sorted({c.encode("utf-8") for ch in set(needle) for c in FOLDS_TO_ASCII.get(ch, "")}))
 
-    def may_mention(self, block: bytes) -> bool:
-        """Whether a line of ``block`` (complete lines) may mention the needle."""
+    def candidates(self, block: bytes) -> list[bytes] | None:
+        """The lines of ``block`` (complete lines, each ending with a newline, without its
+        newline) that may mention the needle; None when every line may. O(len(block))."""
         if b"\\u" in block:
-            return True
+            return None
         if self.ascii is None:
-            return not block.isascii()
+            return [] if block.isascii() else None
         if not self.literal:
-            return True
+            return None
         for special in self.specials:
             if special in block:
-                return True
-        return self.ascii in block.lower()
+                return None
+        lowered = block.lower()
+        needle = self.ascii
+        out = []
+        at = lowered.find(needle)
+        while at != -1:
+            end = block.index(b"\n", at)  # the needle holds no newline: the match is in one line
+            out.append(block[block.rfind(b"\n", 0, at) + 1 : end])
+            at = lowered.find(needle, end + 1)
+        return out
 
 
-_FOLDS: dict[str, tuple[str, ...]] = {}
-
-
-def _folding_to_ascii() -> dict[str, tuple[str, ...]]:
-    """For each ASCII character, the non-ASCII characters whose casefold contains it
-    (computed once from this Python's Unicode tables; cased scripts all lie below
-    U+20000, so the scan stops there)."""
-    if not _FOLDS:
-        found: dict[str, set[str]] = {}
-        for cp in range(0x80, 0x20000):
-            c = chr(cp)
-            folded = c.casefold()
-            if folded == c:
-                continue
-            for ch in folded:
-                if ch.isascii():
-                    found.setdefault(ch, set()).add(c)
-        _FOLDS.update({ch: tuple(sorted(cs)) for ch, cs in found.items()})
-    return _FOLDS
+#: For each ASCII character, the non-ASCII characters whose casefold contains it (``ß``
+#: folds to ``ss``, the Kelvin sign to ``k``, ``ﬁ`` to ``fi``...), as computed from Python
+#: 3.11's tables (Unicode 14.0). Unicode never changes the folding of an existing
+#: character; ``tests/test_scale.py`` recomputes this table with the running Python, so a
+#: character a later Unicode version adds with such a folding fails a test.
+FOLDS_TO_ASCII: dict[str, str] = {
+    "a": "\u1e9a", "f": "\ufb00\ufb01\ufb02\ufb03\ufb04", "h": "\u1e96", "i": "\u0130\ufb01\ufb03",
+    "j": "\u01f0", "k": "\u212a", "l": "\ufb02\ufb04", "n": "\u0149", "s": "\u00df\u017f\u1e9e\ufb05\ufb06",
+    "t": "\u1e97\ufb05\ufb06", "w": "\u1e98", "y": "\u1e99",
+}
 
 
 def tool_call_id_of(record: Mapping[str, Any]) -> str | None:
@@ -123,4 +120,4 @@ def decode_or_none(line: bytes) -> dict[str, Any] | None:
         return None
 
 
-__all__ = ["Prefilter", "calls", "decode_or_none", "mentions", "texts", "tool_call_id_of"]
+__all__ = ["FOLDS_TO_ASCII", "Prefilter", "calls", "decode_or_none", "mentions", "texts", "tool_call_id_of"]

@@ -1,11 +1,11 @@
 """Full-text search over sessions (:meth:`jsonl_sessions.SessionStore.search`).
 
 Transcripts are streamed in 1 MiB blocks of whole lines, newest-activity sessions first,
-stopping once ``limit`` sessions matched. A block that byte searches show cannot hold the
-keyword (:class:`jsonl_sessions.records.Prefilter`) is skipped whole; in any other block, a
-line that is pure ASCII without JSON escapes and does not contain the keyword (ASCII
-case-insensitively) is skipped without decoding, and any other line is decoded and
-checked exactly. Takes no lock (each read is a consistent snapshot).
+stopping once ``limit`` sessions matched. In each block, byte searches leave only the
+lines that may hold the keyword (:class:`jsonl_sessions.records.Prefilter`: in the usual
+case, the lines holding it ASCII case-insensitively); of those, a line that is pure ASCII
+without JSON escapes and does not contain the keyword is skipped without decoding, and
+any other line is decoded and checked exactly. Takes no lock (each read is a consistent snapshot).
 """
 
 from __future__ import annotations
@@ -51,12 +51,12 @@ def mentions(root: Root, files: SessionFiles, needle: str) -> bool:
 
 def block_mentions(block: bytes, needle: str, prefilter: records.Prefilter) -> bool:
     """Whether a line of ``block`` (complete lines, each ending with a newline) has text
-    containing ``needle``: the block is ruled out with byte searches when it can be
-    (:class:`~jsonl_sessions.records.Prefilter`), else checked line by line."""
-    if not prefilter.may_mention(block):
-        return False
-    lines = block.split(b"\n")
-    lines.pop()  # the empty piece after the final newline
+    containing ``needle``: only the lines byte searches leave as candidates are checked
+    (:class:`~jsonl_sessions.records.Prefilter`), each exactly."""
+    lines = prefilter.candidates(block)
+    if lines is None:
+        lines = block.split(b"\n")
+        lines.pop()  # the empty piece after the final newline
     ascii_needle = prefilter.ascii
     return any(records.mentions(line, needle, ascii_needle) for line in lines)
 

@@ -17,7 +17,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from syscalls import SyscallProbe
 
-from jsonl_sessions import ChatMessage, CorruptTranscriptError, SessionQuery, SessionStore, codec, records, search, transcript
+from jsonl_sessions import (
+    ChatMessage,
+    CorruptTranscriptError,
+    SessionQuery,
+    SessionStore,
+    codec,
+    records,
+    search,
+    transcript,
+)
 from jsonl_sessions.keys import key_to_stem
 from jsonl_sessions.lines import BOM, CHUNK_BYTES
 
@@ -247,3 +256,13 @@ def test_the_block_prefilter_never_changes_what_search_finds(contents: list[tupl
     for line in lines:  # and line by line, each its own block
         one = search.block_mentions(line + b"\n", folded, records.Prefilter(folded))
         assert one == _plain_mentions([line], folded)
+
+
+def test_the_table_of_non_ascii_characters_folding_to_ascii_is_this_pythons() -> None:
+    found: dict[str, set[str]] = {}
+    for cp in range(0x80, sys.maxunicode + 1):
+        c = chr(cp)
+        for ch in c.casefold():
+            if ch.isascii():
+                found.setdefault(ch, set()).add(c)
+    assert {k: set(v) for k, v in records.FOLDS_TO_ASCII.items()} == found
