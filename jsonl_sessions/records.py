@@ -15,6 +15,7 @@ from typing import Any
 from . import codec
 
 _ASCII = bytes(range(128))
+_U_ESCAPE = re.compile(rb"\\u")
 
 
 def texts(content: Any) -> Iterator[str]:
@@ -72,7 +73,7 @@ class Prefilter:
     def candidates(self, block: bytes) -> list[bytes] | None:
         """The lines of ``block`` (complete lines, each ending with a newline, without its
         newline) that may mention the needle; None when every line may. O(len(block))."""
-        if b"\\u" in block:
+        if _U_ESCAPE.search(block):  # (the regex engine finds a literal faster than ``in`` does)
             return None
         if self.ascii is None:
             return [] if block.isascii() else None
