@@ -7,7 +7,8 @@ for the on-disk format.
 
 from __future__ import annotations
 
-from .aio import AsyncSessionStore
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     CorruptControlError,
     CorruptMetadataError,
@@ -26,7 +27,6 @@ from .errors import (
     SessionStoreError,
     UnsafePathError,
 )
-from .protocol import AsyncSessionBackend, SessionBackend
 from .store import SessionStore
 from .types import (
     ChatMessage,
@@ -37,7 +37,27 @@ from .types import (
     TimestampedMessage,
 )
 
+if TYPE_CHECKING:
+    from .aio import AsyncSessionStore
+    from .protocol import AsyncSessionBackend, SessionBackend
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # AsyncSessionStore needs asyncio, which costs more to import than the rest of the
+    # package, and the backend protocols only matter to code typed against them: both are
+    # loaded on first use, so ``import jsonl_sessions`` stays cheap and never imports asyncio.
+    if name == "AsyncSessionStore":
+        from .aio import AsyncSessionStore
+
+        return AsyncSessionStore
+    if name in ("SessionBackend", "AsyncSessionBackend"):
+        from . import protocol
+
+        return getattr(protocol, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AsyncSessionBackend",

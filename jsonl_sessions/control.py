@@ -27,7 +27,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 import orjson
 
 from . import _platform
-from .errors import CorruptControlError
+from .errors import CorruptControlError, UnsafePathError
 from .layout import SessionFiles, open_regular
 
 VISIBLE_OFFSET = 0
@@ -145,6 +145,29 @@ def read_head(path: str, record_bytes: int | None = 1, key: str | None = None) -
         return decode_head(_platform.pread(fd, RECORD_OFFSET + record_bytes, 0))
     finally:
         _platform.close(fd)
+
+
+def peek_head(path: str, key: str | None = None) -> Head:
+    """:func:`read_head` (no record) of a control file a directory scan just saw as a
+    regular file: open (never following a symlink, never waiting), one read, close; no
+    ``fstat`` and no ``fcntl``. Should it have become something else since, the read
+    fails (a FIFO or directory cannot be ``pread``) rather than blocks; a file system that
+    honours ``O_NONBLOCK`` on a regular file gets the full :func:`read_head`."""
+    try:
+        fd = _platform.open_file(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return Head(0, None, None)
+    except OSError as exc:
+        if exc.errno in _platform.SYMLINK_ERRNOS or exc.errno in _platform.NOT_REGULAR_ERRNOS:
+            raise UnsafePathError(key=key, path=path) from None
+        raise
+    try:
+        raw = _platform.pread(fd, RECORD_OFFSET + 1, 0)
+    except BlockingIOError:
+        raw = None
+    finally:
+        _platform.close(fd)
+    return read_head(path, key=key) if raw is None else decode_head(raw)
 
 
 # -- the guard's side of the file -------------------------------------------------------

@@ -13,8 +13,6 @@ transcript.
 
 from __future__ import annotations
 
-import hashlib
-
 from .errors import InvalidSessionKeyError
 
 MAX_STEM = 120
@@ -63,6 +61,8 @@ def key_to_stem(key: str) -> str:
         cut = head.rfind("%", len(head) - 2)
         if cut != -1:  # never split an escape
             head = head[:cut]
+        import hashlib  # only long keys need it: imported here, off the package's import path
+
         stem = head + "~" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:_HASH_HEX]
     return stem
 
@@ -77,6 +77,8 @@ def stem_to_key(stem: str) -> str | None:
     that is not a canonical stem (a file the store did not make)."""
     if is_hashed(stem) or not stem:
         return None
+    if len(stem) <= MAX_STEM and _SAFE.issuperset(stem) and stem not in _RESERVED and stem[0] != "-":
+        return stem  # nothing escaped: the stem is its own key (the common case, checked in C)
     out = bytearray()
     i = 0
     n = len(stem)

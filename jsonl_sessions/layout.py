@@ -41,12 +41,14 @@ ROLES = ("transcript", "sidecar", "lock", "temp", "quarantine")
 log = logging.getLogger("jsonl_sessions")
 
 
-def open_regular(path: str, flags: int, key: str | None = None) -> tuple[int, os.stat_result] | None:
+def open_regular(path: str, flags: int, key: str | None = None, *,
+                 blocking: bool = True) -> tuple[int, os.stat_result] | None:
     """Open ``path`` without following a symlink: ``(fd, fstat)``, or None when it does
     not exist. Raises :class:`UnsafePathError` for a symlink or anything but a regular
     file (a FIFO, socket, device or directory), never waiting on one: the open is
     non-blocking, and the descriptor is made blocking only once ``fstat`` showed a
-    regular file (nothing is left open on an error)."""
+    regular file (nothing is left open on an error). ``blocking=False``: left
+    non-blocking, for a descriptor read once with :func:`read_once` (one ``fcntl`` less)."""
     try:
         fd = _platform.open_file(path, flags)
     except FileNotFoundError:
@@ -58,7 +60,7 @@ def open_regular(path: str, flags: int, key: str | None = None) -> tuple[int, os
     try:
         st = _platform.fstat(fd)
         regular = stat.S_ISREG(st.st_mode)
-        if regular:
+        if regular and blocking:
             _platform.make_blocking(fd, flags)
     except BaseException:
         _platform.close(fd)
@@ -74,17 +76,29 @@ def read_sidecar(path: str, key: str | None = None) -> tuple[dict[str, Any] | No
     ``(None, None)`` when there is none. Raises :class:`CorruptMetadataError` when it
     exists but is not a sidecar (or is a symlink, or of a newer format)."""
     try:
-        opened = open_regular(path, os.O_RDONLY, key)
+        opened = open_regular(path, os.O_RDONLY, key, blocking=False)
     except UnsafePathError:
         raise CorruptMetadataError(key=key, path=path, reason="not a regular file (symlink?)") from None
     if opened is None:
         return None, None
     fd, st = opened
     try:
-        raw = _platform.pread(fd, st.st_size + 1, 0)
+        raw = read_once(fd, st.st_size + 1, flags=os.O_RDONLY)
     finally:
         _platform.close(fd)
     return sidecar.decode(raw, path, key), st.st_mtime_ns
+
+
+def read_once(fd: int, size: int, *, flags: int) -> bytes:
+    """``pread(fd, size, 0)`` of a descriptor opened with ``flags`` by
+    ``open_regular(..., blocking=False)``. Linux and macOS ignore ``O_NONBLOCK`` on
+    regular files; a file system that honours it and answers ``EAGAIN`` gets the
+    descriptor made blocking and the read retried, so it never reads as empty."""
+    try:
+        return _platform.pread(fd, size, 0)
+    except BlockingIOError:
+        _platform.make_blocking(fd, flags)
+        return _platform.pread(fd, size, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +119,10 @@ class SessionFiles:
         """The files of ``key`` in ``root``; ``stem`` defaults to the key's (validating the
         key: :class:`InvalidSessionKeyError`)."""
         stem = key_to_stem(key) if stem is None else stem
-        join = os.path.join
-        return cls(root, key, stem, join(root, stem + TRANSCRIPT_SUFFIX), join(root, stem + SIDECAR_SUFFIX),
-                   join(root, stem + LOCK_SUFFIX), join(root, "." + stem + TRANSCRIPT_SUFFIX + TMP_SUFFIX),
-                   join(root, "." + stem + SIDECAR_SUFFIX + TMP_SUFFIX))
+        base = os.path.join(root, stem)  # the same paths as os.path.join(root, name), one join
+        hidden = base[: len(base) - len(stem)] + "."
+        return cls(root, key, stem, base + TRANSCRIPT_SUFFIX, base + SIDECAR_SUFFIX, base + LOCK_SUFFIX,
+                   hidden + stem + TRANSCRIPT_SUFFIX + TMP_SUFFIX, hidden + stem + SIDECAR_SUFFIX + TMP_SUFFIX)
 
     @property
     def temps(self) -> tuple[str, str]:
@@ -187,19 +201,29 @@ def list_keys(root: str) -> list[str]:
     A name the store makes that is not a regular file (a symlink, FIFO, socket, device
     or directory) is skipped with a logged warning. Never parses a transcript and never
     opens one. O(files in root)."""
-    keys = []
+    return [key for key, _stem in scan(root)[0]]
+
+
+def scan(root: str) -> tuple[list[tuple[str, str]], set[str]]:
+    """One ``scandir`` of ``root``: ``(key, stem)`` of every session (as
+    :func:`list_keys`), sorted by key, and the
+    stems whose control file is a regular file (the file type comes with the entry)."""
+    found = []
+    controls = set()
     with _platform.scandir(root) as entries:
         for entry in entries:
             name = entry.name
             if not name.endswith(TRANSCRIPT_SUFFIX) or name.startswith("."):
+                if name.endswith(LOCK_SUFFIX) and entry.is_file(follow_symlinks=False):
+                    controls.add(name[: -len(LOCK_SUFFIX)])
                 continue
+            stem = name[: -len(TRANSCRIPT_SUFFIX)]
             if not entry.is_file(follow_symlinks=False):
-                stem = name[: -len(TRANSCRIPT_SUFFIX)]
                 if is_hashed(stem) or stem_to_key(stem) is not None:
                     log.warning("skipping %s: not a regular file", entry.path)
                 continue
-            key = key_of_stem(root, name[: -len(TRANSCRIPT_SUFFIX)])
+            key = key_of_stem(root, stem)
             if key is not None:
-                keys.append(key)
-    keys.sort()
-    return keys
+                found.append((key, stem))
+    found.sort()
+    return found, controls

@@ -220,6 +220,36 @@ def iter_lines_forward(fd: int, pos: int, size: int, block: int = BLOCK) -> Iter
             parts.append(chunk[cur:])
 
 
+def iter_blocks(fd: int, pos: int, size: int, block: int = CHUNK_BYTES) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(start, bytes)`` for runs of complete lines from ``pos`` (a line start) up to
+    ``size``, each run ending with a newline, in reads of ``block`` bytes cut at their last
+    newline (a line longer than a block is assembled from several reads). A BOM is not
+    dropped; a torn tail is not yielded. Cost: O(bytes read); memory: about two blocks
+    plus the longest line."""
+    parts: list[bytes] = []  # bytes after the last newline seen (a line still being read)
+    start = pos
+    at = pos
+    while at < size:
+        chunk = _platform.pread(fd, min(block, size - at), at)
+        if not chunk:
+            return
+        at += len(chunk)
+        nl = chunk.rfind(b"\n")
+        if nl == -1:
+            parts.append(chunk)
+            continue
+        if parts:
+            parts.append(chunk)
+            chunk = b"".join(parts)
+            nl = chunk.rfind(b"\n")
+            parts = []
+        if nl + 1 < len(chunk):
+            parts.append(chunk[nl + 1 :])
+            chunk = chunk[: nl + 1]
+        yield start, chunk
+        start += len(chunk)
+
+
 def find_line(fd: int, size: int, message_id: str) -> tuple[int, int, bytes] | None:
     """``(start, end, line)`` of the complete line with id ``message_id`` (``end`` just past
     its newline) in the first ``size`` bytes; None when there is none.

@@ -18,7 +18,7 @@ from .assign import assign_ids, replacement_record
 from .errors import CorruptTranscriptError, SessionNotFoundError, UnsafePathError
 from .layout import SessionFiles
 from .lines import Tail, iter_lines_backward, line_number_of
-from .transcript import parse, warn_bad
+from .transcript import parse, parse_file, warn_bad
 from .txn import Root, Tx, mutate
 from .types import ChatMessage
 
@@ -29,23 +29,22 @@ log = logging.getLogger("jsonl_sessions")
 def load(root: Root, files: SessionFiles) -> list[ChatMessage]:
     """Every message, lenient: corrupt lines and a symlinked transcript are logged, skipped."""
     try:
-        data = snapshot.read_transcript(root, files)
+        parsed = snapshot.with_transcript(
+            root, files, lambda fd, size: parse_file(fd, size, strict=False, key=files.key, path=files.transcript))
     except UnsafePathError as exc:
         log.warning("%s", exc)
         return []
-    if not data:
+    if parsed is None:
         return []
-    parsed = parse(data, strict=False, key=files.key, path=files.transcript)
     warn_bad(parsed.bad, files.key, files.transcript)
     return parsed.messages
 
 
 def try_load(root: Root, files: SessionFiles) -> list[ChatMessage]:
     """Every message, strict: the first corrupt line raises :class:`CorruptTranscriptError`."""
-    data = snapshot.read_transcript(root, files)
-    if not data:
-        return []
-    return parse(data, strict=True, key=files.key, path=files.transcript).messages
+    parsed = snapshot.with_transcript(
+        root, files, lambda fd, size: parse_file(fd, size, strict=True, key=files.key, path=files.transcript))
+    return [] if parsed is None else parsed.messages
 
 
 def get_trim_breadcrumb(root: Root, files: SessionFiles) -> bool | None:

@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from . import _platform, sidecar, snapshot
+from .control import peek_head, read_head
 from .errors import CorruptMetadataError, SessionStoreError
-from .layout import SessionFiles, list_keys, read_sidecar
+from .layout import SessionFiles, read_sidecar, scan
 from .messages import delete, log, update_sidecar
 from .rules import check_number, check_state, check_text
 from .txn import Root, mutate
@@ -38,6 +39,9 @@ class Look(NamedTuple):
     error: CorruptMetadataError | OSError | None
     transcript: os.stat_result
     sidecar_mtime_ns: int | None
+    #: Whether the directory scan that found the session saw its control file as a
+    #: regular file (then a listing reads its head with one open and one read).
+    control_seen: bool = False
 
     @property
     def activity_ns(self) -> int:
@@ -49,9 +53,10 @@ class Look(NamedTuple):
         return sidecar.state(self.meta)
 
 
-def look(files: SessionFiles) -> Look | None:
+def look(files: SessionFiles, control_seen: bool = False) -> Look | None:
     """The session's sidecar and stats without a lock; None when the session does not
-    exist (or its transcript is not a regular file). An unreadable sidecar is ``error``."""
+    exist (or its transcript is not a regular file). An unreadable sidecar is ``error``.
+    ``control_seen``: see :attr:`Look.control_seen`."""
     try:
         st = _platform.lstat(files.transcript)
     except FileNotFoundError:
@@ -65,8 +70,8 @@ def look(files: SessionFiles) -> Look | None:
             mtime = _platform.lstat(files.sidecar).st_mtime_ns
         except OSError:
             mtime = None
-        return Look(None, exc, st, mtime)
-    return Look(meta, None, st, mtime)
+        return Look(None, exc, st, mtime, control_seen)
+    return Look(meta, None, st, mtime, control_seen)
 
 
 def look_strict(files: SessionFiles) -> Look | None:
@@ -100,10 +105,11 @@ def looks(root: Root) -> Iterator[tuple[SessionFiles, Look]]:
     """Every session with a look at it, in key order; unreadable sidecars are logged (the
     session is still looked at), a transcript that cannot even be stat'ed is logged and
     skipped: one bad session never fails a listing."""
-    for key in list_keys(root.path):
-        files = root.files(key)
+    entries, controls = scan(root.path)
+    for key, stem in entries:
+        files = root.files(key, stem)
         try:
-            found = look(files)
+            found = look(files, control_seen=stem in controls)
         except OSError as exc:
             log.warning("cannot look at session %r: %s", key, exc)
             continue
@@ -120,10 +126,30 @@ def listed(root: Root, files: SessionFiles, found: Look) -> SessionMetadata | No
     with ``message_count`` 0 and a logged warning, so one bad session never fails a
     listing of the others."""
     try:
+        count = cached_count(files, found.transcript, seen=found.control_seen)
+        if count is not None:
+            return sidecar.describe(files.key, found.meta, count, found.transcript.st_size, found.activity_ns)
         return metadata(root, files, found)
     except (OSError, SessionStoreError) as exc:
         log.warning("cannot count the messages of session %r: %s (listed with message_count 0)", files.key, exc)
         return sidecar.describe(files.key, found.meta, 0, found.transcript.st_size, found.activity_ns)
+
+
+def cached_count(files: SessionFiles, st: os.stat_result, *, seen: bool = False) -> int | None:
+    """The message count of a transcript whose stat is ``st``, read off the control file's
+    count cache alone: one read of the control file, no transcript open, no lock. None
+    when the cache does not describe exactly that file (inode, size, mtime) at the
+    current counter, or anything is in flight (an odd counter, a roll-forward record, a
+    visible end, a removal): then the full consistent count applies. A cache entry is
+    written under the guard for the state it names, so a match is that file's count.
+    ``seen``: a directory scan just saw the control file as a regular file
+    (:func:`jsonl_sessions.control.peek_head`: no ``fstat``, no ``fcntl``)."""
+    head = peek_head(files.lock, key=files.key) if seen else read_head(files.lock, key=files.key)
+    cache = head.cache
+    if (head.seq & 1 or head.pending or head.visible is not None or head.retired or cache is None
+            or not cache.matches(st, head.seq)):
+        return None
+    return cache.lines
 
 
 def get_session_metadata(root: Root, files: SessionFiles) -> SessionMetadata | None:

@@ -8,10 +8,14 @@ the line).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from . import codec
+
+_ASCII = bytes(range(128))
+_U_ESCAPE = re.compile(rb"\\u")
 
 
 def texts(content: Any) -> Iterator[str]:
@@ -44,6 +48,64 @@ def mentions(line: bytes, needle: str, ascii_needle: bytes | None) -> bool:
     return any(needle in text.casefold() for text in texts(record.get("content")))
 
 
+class Prefilter:
+    """Finds, with byte searches and before any line is decoded, the lines of a block of
+    transcript lines that may mention one ``needle`` (casefolded): every line whose text
+    contains the needle is among them, so checking only those never changes a result.
+    :meth:`candidates` gives no line when the block holds no ``\\u`` escape and the needle
+    is not ASCII but the block is (ASCII text casefolds to ASCII). When the needle is
+    ASCII without a character JSON may escape (``"``, ``\\``, ``/``, control characters)
+    and the block holds no ``\\u`` escape and none of the non-ASCII characters whose
+    casefold has one of the needle's characters (:data:`FOLDS_TO_ASCII`), every match in
+    a casefolded text comes from ASCII characters written as they are: the candidates are
+    the lines holding the needle in the block lowercased (ASCII letters only). Otherwise
+    every line is a candidate.
+    """
+
+    __slots__ = ("ascii", "literal", "specials")
+
+    def __init__(self, needle: str) -> None:
+        self.ascii = needle.encode("ascii") if needle.isascii() else None
+        self.literal = bool(needle) and self.ascii is not None and not any(c in '"\\/' or c < " " for c in needle)
+        found = sorted({c.encode("utf-8") for ch in set(needle) for c in FOLDS_TO_ASCII.get(ch, "")})
+        self.specials = re.compile(b"|".join(map(re.escape, found))) if found else None
+
+    def candidates(self, block: bytes) -> list[bytes] | None:
+        """The lines of ``block`` (complete lines, each ending with a newline, without its
+        newline) that may mention the needle; None when every line may. O(len(block))."""
+        if _U_ESCAPE.search(block):  # (the regex engine finds a literal faster than ``in`` does)
+            return None
+        if self.ascii is None:
+            return [] if block.isascii() else None
+        if not self.literal:
+            return None
+        # Searched among the block's non-ASCII bytes alone (a few percent of mixed text, one
+        # pass): deleting ASCII bytes never joins two characters into another one's UTF-8.
+        if self.specials is not None and not block.isascii() and self.specials.search(block.translate(None, _ASCII)):
+            return None
+        lowered = block.lower()
+        needle = self.ascii
+        out = []
+        at = lowered.find(needle)
+        while at != -1:
+            end = block.index(b"\n", at)  # the needle holds no newline: the match is in one line
+            out.append(block[block.rfind(b"\n", 0, at) + 1 : end])
+            at = lowered.find(needle, end + 1)
+        return out
+
+
+#: For each ASCII character, the non-ASCII characters whose casefold contains it (``ß``
+#: folds to ``ss``, the Kelvin sign to ``k``, ``ﬁ`` to ``fi``...), as computed from Python
+#: 3.11's tables (Unicode 14.0). Unicode never changes the folding of an existing
+#: character; ``tests/test_scale.py`` recomputes this table with the running Python, so a
+#: character a later Unicode version adds with such a folding fails a test.
+FOLDS_TO_ASCII: dict[str, str] = {
+    "a": "\u1e9a", "f": "\ufb00\ufb01\ufb02\ufb03\ufb04", "h": "\u1e96", "i": "\u0130\ufb01\ufb03",
+    "j": "\u01f0", "k": "\u212a", "l": "\ufb02\ufb04", "n": "\u0149", "s": "\u00df\u017f\u1e9e\ufb05\ufb06",
+    "t": "\u1e97\ufb05\ufb06", "w": "\u1e98", "y": "\u1e99",
+}
+
+
 def tool_call_id_of(record: Mapping[str, Any]) -> str | None:
     """The ``tool_call_id`` of a tool result; None for any other message."""
     value = record.get("tool_call_id")
@@ -64,4 +126,4 @@ def decode_or_none(line: bytes) -> dict[str, Any] | None:
         return None
 
 
-__all__ = ["calls", "decode_or_none", "mentions", "texts", "tool_call_id_of"]
+__all__ = ["FOLDS_TO_ASCII", "Prefilter", "calls", "decode_or_none", "mentions", "texts", "tool_call_id_of"]

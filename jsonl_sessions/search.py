@@ -1,9 +1,11 @@
 """Full-text search over sessions (:meth:`jsonl_sessions.SessionStore.search`).
 
-Transcripts are streamed in 1 MiB blocks, newest-activity sessions first, stopping once
-``limit`` sessions matched. A line that is pure ASCII without JSON escapes and does not
-contain the keyword (ASCII case-insensitively) is skipped without decoding; any other
-line is decoded and checked exactly. Takes no lock (each read is a consistent snapshot).
+Transcripts are streamed in 1 MiB blocks of whole lines, newest-activity sessions first,
+stopping once ``limit`` sessions matched. In each block, byte searches leave only the
+lines that may hold the keyword (:class:`jsonl_sessions.records.Prefilter`: in the usual
+case, the lines holding it ASCII case-insensitively); of those, a line that is pure ASCII
+without JSON escapes and does not contain the keyword is skipped without decoding, and
+any other line is decoded and checked exactly. Takes no lock (each read is a consistent snapshot).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from . import records, sidecar, snapshot
 from .errors import SessionStoreError
 from .layout import SessionFiles
-from .lines import CHUNK_BYTES, iter_lines_forward
+from .lines import BOM, iter_blocks
 from .messages import log
 from .metadata import Look, listed, looks
 from .rules import check_query
@@ -21,6 +23,7 @@ from .types import SessionMetadata, SessionQuery
 
 def search(root: Root, query: SessionQuery) -> list[SessionMetadata]:
     needle, limit, alias = check_query(query)
+    prefilter = records.Prefilter(needle)
     found: list[tuple[int, str, SessionFiles, Look]] = []
     for files, look in looks(root):
         if alias is not None and sidecar.text(look.meta, "agent_alias") != alias:
@@ -32,7 +35,8 @@ def search(root: Root, query: SessionQuery) -> list[SessionMetadata]:
         if limit is not None and len(out) >= limit:
             break
         name = sidecar.text(look.meta, "name")
-        if (name is not None and needle in name.casefold()) or not needle or mentions(root, files, needle):
+        named = name is not None and needle in name.casefold()
+        if named or not needle or mentions_in(root, files, needle, prefilter):
             md = listed(root, files, look)
             if md is not None:
                 out.append(md)
@@ -41,11 +45,32 @@ def search(root: Root, query: SessionQuery) -> list[SessionMetadata]:
 
 def mentions(root: Root, files: SessionFiles, needle: str) -> bool:
     """Whether a message of the session has text containing ``needle`` (casefolded)."""
-    ascii_needle = needle.encode("ascii") if needle.isascii() else None
+    prefilter = records.Prefilter(needle)
+    return mentions_in(root, files, needle, prefilter)
+
+
+def block_mentions(block: bytes, needle: str, prefilter: records.Prefilter) -> bool:
+    """Whether a line of ``block`` (complete lines, each ending with a newline) has text
+    containing ``needle``: only the lines byte searches leave as candidates are checked
+    (:class:`~jsonl_sessions.records.Prefilter`), each exactly."""
+    lines = prefilter.candidates(block)
+    if lines is None:
+        lines = block.split(b"\n")
+        lines.pop()  # the empty piece after the final newline
+    ascii_needle = prefilter.ascii
+    return any(records.mentions(line, needle, ascii_needle) for line in lines)
+
+
+def mentions_in(root: Root, files: SessionFiles, needle: str, prefilter: records.Prefilter) -> bool:
+    """:func:`mentions` with the needle's prefilter already made."""
 
     def scan(fd: int, size: int) -> bool:
-        return any(records.mentions(line, needle, ascii_needle)
-                   for _start, line in iter_lines_forward(fd, 0, size, block=CHUNK_BYTES))
+        for start, block in iter_blocks(fd, 0, size):
+            if start == 0 and block.startswith(BOM):
+                block = block[len(BOM):]
+            if block_mentions(block, needle, prefilter):
+                return True
+        return False
 
     try:
         return bool(snapshot.with_transcript(root, files, scan))

@@ -24,7 +24,7 @@ from typing import Any
 
 from .codec import JSONDecodeError, all_complete, decode_record, loads
 from .errors import CorruptTranscriptError
-from .lines import BOM
+from .lines import BOM, CHUNK_BYTES, iter_blocks
 from .types import ChatMessage, from_record
 
 log = logging.getLogger("jsonl_sessions")
@@ -63,6 +63,52 @@ def parse(data: bytes, *, strict: bool, key: str | None = None, path: str | None
             if records is not None:
                 return Parsed(list(map(from_record, records)), [], committed, torn)
     return _parse_slowly(data, committed, torn, strict=strict, key=key, path=path)
+
+
+def parse_file(fd: int, size: int, *, strict: bool, key: str | None = None, path: str | None = None,
+               block: int = CHUNK_BYTES) -> Parsed:
+    """Every message in the first ``size`` bytes of the open file ``fd``, oldest first, by
+    the same rules and with the same errors as :func:`parse`, streamed: read in ``block``
+    (1 MiB) reads (``_platform.pread``), each cut at its last newline and decoded before the next
+    is read, so the bytes held at once are a block plus the longest line, not the file.
+    Peak memory is the messages returned plus that. Cost: O(size)."""
+    messages: list[ChatMessage] = []
+    bad: list[BadLine] = []
+    number = 1  # line number of the next block's first line
+    committed = 0
+    with _gc_paused(size):
+        for start, chunk in iter_blocks(fd, 0, size, block):
+            number = _parse_block(chunk, start, number, messages, bad, strict=strict, key=key, path=path)
+            committed = start + len(chunk)
+    return Parsed(messages, bad, committed, size - committed)
+
+
+def _parse_block(block: bytes, base: int, number: int, messages: list[ChatMessage], bad: list[BadLine], *,
+                 strict: bool, key: str | None, path: str | None) -> int:
+    """Append the messages of ``block`` (whole lines, each ending with a newline, starting at
+    file offset ``base`` with line ``number``) to ``messages``, corrupt lines to ``bad`` (or
+    raise when ``strict``); the line number after the block."""
+    if base == 0 and block.startswith(BOM):
+        block = block[3:]
+        base = 3
+    lines = block.split(b"\n")
+    lines.pop()  # the empty piece after the block's final newline
+    records = _fast_records(lines)
+    if records is not None:
+        messages.extend(map(from_record, records))
+        return number + len(lines)
+    offset = base
+    for line in lines:
+        try:
+            messages.append(from_record(decode_record(line)))
+        except (JSONDecodeError, ValueError) as exc:
+            reason = str(exc) or type(exc).__name__
+            if strict:
+                raise CorruptTranscriptError(key=key, path=path, line=number, offset=offset, reason=reason) from None
+            bad.append(BadLine(number, offset, reason))
+        offset += len(line) + 1
+        number += 1
+    return number
 
 
 def _parse_slowly(data: bytes, committed: int, torn: int, *, strict: bool, key: str | None, path: str | None) -> Parsed:

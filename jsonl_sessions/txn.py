@@ -67,14 +67,15 @@ class Root:
     max_message_bytes: int
     _files: dict[str, SessionFiles] = field(default_factory=dict, repr=False)
 
-    def files(self, key: str) -> SessionFiles:
-        """The files of ``key`` (cached). Raises :class:`InvalidSessionKeyError`."""
+    def files(self, key: str, stem: str | None = None) -> SessionFiles:
+        """The files of ``key`` (cached); ``stem``: its stem when already known (a listing
+        read it off the file name). Raises :class:`InvalidSessionKeyError`."""
         try:
             found = self._files.get(key)
         except TypeError:  # an unhashable non-str key: SessionFiles.of raises InvalidSessionKeyError
             found = None
         if found is None:
-            found = SessionFiles.of(self.path, key)
+            found = SessionFiles.of(self.path, key, stem)
             if len(self._files) > _MAX_CACHED_FILES:
                 self.close_views()
                 self._files.clear()

@@ -66,12 +66,14 @@ class SyscallProbe:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []  # (layer, name) in call order
+        self.read_sizes: list[int] = []  # bytes returned by each seam pread / read, in order
         self._saved: list[tuple[object, str, Any]] = []
 
     def __enter__(self) -> Self:
         if self._saved:
             raise RuntimeError("this probe is already active")
         self.calls.clear()
+        self.read_sizes.clear()
         for name in seam_functions():
             self._patch(_platform, name, "seam", name)
         for module, name in OS_CALLS:
@@ -96,10 +98,15 @@ class SyscallProbe:
 
             wrapper: Any = Counted
         else:
+            sizes = self.read_sizes if layer == "seam" and name in ("pread", "read") else None
+
             @functools.wraps(original)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 calls.append((layer, label))
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
+                if sizes is not None:
+                    sizes.append(len(result))
+                return result
 
         self._saved.append((owner, name, original))
         setattr(owner, name, wrapper)

@@ -122,3 +122,25 @@ def test_syscall_listing_runs_for_both_modes(tmp_path: pathlib.Path, capsys: pyt
         assert "write" in section.split("seam: ", 1)[1].splitlines()[0]
         assert ("fsync" in section.split("seam: ", 1)[1].splitlines()[0]) == (mode == "fsync")
     assert list(tmp_path.iterdir()) == []  # temp dir removed
+
+
+def test_scale_benchmarks_run_and_report_every_goal(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks import scale
+
+    work = tmp_path / "work"
+    work.mkdir()
+    results = tmp_path / "scale.json"
+    assert scale.main(["--tiny", "--dir", str(work), "--json", str(results)]) == 0
+
+    data = json.loads(results.read_text(encoding="utf-8"))
+    assert {(ln["group"], ln["impl"]) for ln in data["lines"]} == {
+        ("import", "floor"), ("import", "ours"), ("rss", "floor"), ("rss", "ours"), ("rss", "ours_load"),
+        ("list", "floor"), ("list", "ours"), ("search", "grep"), ("search", "ours")}
+    assert all(ln["samples"] for ln in data["lines"])
+    assert {g["id"]: g["need"] for g in data["goals"]} == {"import": 60, "rss": 1.5, "list": 4, "search": 5}
+    out = capsys.readouterr().out
+    for goal in data["goals"]:
+        assert goal["text"] in out
+    assert list(work.iterdir()) == []  # temp dir removed

@@ -1,0 +1,268 @@
+"""The shape of the costs at scale, checked structurally (module imports, bytes held, system
+calls per session, lines decoded), never by timing: what ``benchmarks/scale.py`` measures."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from collections.abc import Callable
+from types import FrameType
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from syscalls import SyscallProbe
+
+from jsonl_sessions import (
+    ChatMessage,
+    CorruptTranscriptError,
+    SessionQuery,
+    SessionStore,
+    codec,
+    records,
+    search,
+    transcript,
+)
+from jsonl_sessions.keys import key_to_stem
+from jsonl_sessions.lines import BOM, CHUNK_BYTES
+
+
+def run_python(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ), check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_importing_the_package_does_not_import_asyncio() -> None:
+    out = run_python(
+        "import sys, jsonl_sessions\n"
+        "print(sorted(m for m in sys.modules if m == 'asyncio' or m.startswith('asyncio.')))\n"
+        "store = jsonl_sessions.SessionStore\n"
+        "print('asyncio' in sys.modules)\n"
+        "from jsonl_sessions import AsyncSessionStore, AsyncSessionBackend, SessionBackend\n"
+        "print('asyncio' in sys.modules, AsyncSessionStore.__name__, AsyncSessionBackend.__name__,"
+        " SessionBackend.__name__)\n"
+    )
+    lines = out.splitlines()
+    assert lines[0] == "[]"
+    assert lines[1] == "False"
+    assert lines[2] == "True AsyncSessionStore AsyncSessionBackend SessionBackend"
+
+
+def test_the_lazy_names_are_the_real_ones_and_unknown_names_raise() -> None:
+    import jsonl_sessions
+    from jsonl_sessions import aio, protocol
+
+    assert jsonl_sessions.AsyncSessionStore is aio.AsyncSessionStore
+    assert jsonl_sessions.SessionBackend is protocol.SessionBackend
+    assert jsonl_sessions.AsyncSessionBackend is protocol.AsyncSessionBackend
+    assert set(jsonl_sessions.__all__) <= set(dir(jsonl_sessions)) | {"AsyncSessionStore", "SessionBackend",
+                                                                       "AsyncSessionBackend"}
+    try:
+        jsonl_sessions.NoSuchName  # noqa: B018
+    except AttributeError as exc:
+        assert "NoSuchName" in str(exc)
+    else:
+        raise AssertionError("an unknown attribute must raise AttributeError")
+
+
+# -- try_load / load: streamed in bounded blocks ------------------------------------------
+def _session_of(tmp_path: pathlib.Path, n: int, text: str) -> tuple[SessionStore, pathlib.Path]:
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    store.rewrite_messages("k", [ChatMessage("user", f"{i} {text}") for i in range(n)])
+    path = tmp_path / "store" / (key_to_stem("k") + ".jsonl")
+    return store, path
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_loading_a_large_transcript_reads_it_in_bounded_blocks(tmp_path: pathlib.Path, strict: bool) -> None:
+    store, path = _session_of(tmp_path, 3000, "x" * 1200)
+    size = path.stat().st_size
+    assert size > 3 * CHUNK_BYTES
+
+    with SyscallProbe() as p:
+        got = store.try_load("k") if strict else store.load("k")
+
+    assert [m.content for m in got] == [f"{i} {'x' * 1200}" for i in range(3000)]
+    assert max(p.read_sizes) <= CHUNK_BYTES  # never the whole file in one buffer
+    assert sum(p.read_sizes) < size + 64 * 1024  # each byte read once (plus the control file's head)
+
+
+def test_corrupt_lines_past_the_first_block_keep_their_line_and_offset(tmp_path: pathlib.Path) -> None:
+    store, path = _session_of(tmp_path, 3000, "y" * 1200)
+    data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
+    bad_at = 2500  # 0-based index of the line made corrupt, well past the first 1 MiB
+    offset = sum(map(len, lines[:bad_at]))
+    long_line = lines[10].rstrip(b"\n")[:-1] + b', "pad":"' + b"z" * (3 * CHUNK_BYTES) + b'"}\n'
+    lines[bad_at] = b'{"id": broken\n'
+    lines[10] = long_line  # a line longer than a block, before the corrupt one
+    offset += len(long_line) - len(data.splitlines(keepends=True)[10])
+    path.write_bytes(lines_bytes := b"".join(lines) + b'{"id":"torn')
+
+    with pytest.raises(CorruptTranscriptError) as info:
+        store.try_load("k")
+    assert (info.value.line, info.value.offset) == (bad_at + 1, offset)
+    assert lines_bytes[offset:].startswith(b'{"id": broken\n')
+    loaded = store.load("k")
+    assert len(loaded) == 2999 and loaded[10].extra["pad"] == "z" * (3 * CHUNK_BYTES)
+
+
+_LINE = st.one_of(
+    st.builds(lambda i, t: orjson.dumps({"id": f"{i:04d}", "created_at": 1, "role": "user", "kind": "message",
+                                         "content": t}), st.integers(0, 9999), st.text(max_size=30)),
+    st.sampled_from([b"", b"garbage", b"[1,2]", b'{"id":1}', b'{"role":"user"}', b"\xff\xfe", b"\r", b"{}"]),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(_LINE, max_size=12), bom=st.booleans(), torn=st.binary(max_size=20).filter(lambda b: b"\n" not in b),
+       block=st.integers(1, 64))
+def test_streamed_parse_equals_the_whole_buffer_parse(tmp_path_factory: pytest.TempPathFactory, lines: list[bytes],
+                                                      bom: bool, torn: bytes, block: int) -> None:
+    data = (BOM if bom else b"") + b"".join(line + b"\n" for line in lines) + torn
+    path = tmp_path_factory.mktemp("p") / "t.jsonl"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for strict in (False, True):
+            try:
+                want: object = transcript.parse(data, strict=strict, key="k", path="p")
+            except CorruptTranscriptError as exc:
+                want = (exc.line, exc.offset, exc.reason)
+            try:
+                got: object = transcript.parse_file(fd, len(data), strict=strict, key="k", path="p", block=block)
+            except CorruptTranscriptError as exc:
+                got = (exc.line, exc.offset, exc.reason)
+            assert got == want
+    finally:
+        os.close(fd)
+
+
+# -- list_sessions_with_metadata: a bounded number of system calls per session -------------
+def test_listing_makes_a_bounded_number_of_system_calls_per_session(tmp_path: pathlib.Path) -> None:
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    n = 30
+    for i in range(n):
+        store.append(f"s{i}", ChatMessage("user", "hello " * i))
+        store.set_session_name(f"s{i}", f"name {i}")
+        store.get_message_count(f"s{i}")  # the count cache now describes each transcript
+    want = store.list_sessions_with_metadata()
+
+    with SyscallProbe() as p:
+        got = store.list_sessions_with_metadata()
+
+    assert got == want and [m.message_count for m in got] == [1] * n
+    assert [m.name for m in got] == [f"name {i}" for i in sorted(range(n), key=lambda i: f"s{i}")]
+    calls = sum(p.os.values())
+    # per session: lstat of the transcript; open, fstat, read, close of the sidecar; open,
+    # read, close of the control file; the transcript is never opened, nothing is locked
+    assert calls <= 8 * n + 2, p.os
+    assert p.os["os.open"] == 2 * n and p.os["fcntl.flock"] == 0 and p.os["fcntl.fcntl"] == 0, p.os
+    assert p.seam["try_lock"] == 0
+
+
+def test_a_stale_count_cache_still_gives_the_exact_count_in_a_listing(tmp_path: pathlib.Path) -> None:
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    store.append("k", ChatMessage("user", "one"))
+    assert store.list_sessions_with_metadata()[0].message_count == 1
+    path = tmp_path / "store" / (key_to_stem("k") + ".jsonl")
+    line = path.read_bytes()
+    with open(path, "ab") as f:  # another writer's line the cache does not know about
+        f.write(line.replace(b'"one"', b'"two"').replace(line[7:33], b"Z" * 26))
+    assert [m.message_count for m in store.list_sessions_with_metadata()] == [2]
+
+
+# -- search: blocks ruled out by byte searches, results unchanged --------------------------
+def _decodes_during(op: Callable[[], object]) -> tuple[object, int]:
+    """``op()`` and how many lines it decoded (calls of ``codec.decode_record``, counted with
+    a profile hook: nothing is patched)."""
+    target = codec.decode_record.__code__
+    calls = 0
+
+    def hook(frame: FrameType, event: str, _arg: object) -> None:
+        nonlocal calls
+        if event == "call" and frame.f_code is target:
+            calls += 1
+
+    sys.setprofile(hook)
+    try:
+        result = op()
+    finally:
+        sys.setprofile(None)
+    return result, calls
+
+
+def test_search_decodes_no_line_of_a_block_that_cannot_hold_the_keyword(tmp_path: pathlib.Path) -> None:
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    texts = [f"héllo wörld, Grüße aus Köln {i} — ça va? 日本語 {i}" for i in range(3000)]
+    store.append_many("k", [ChatMessage("user", t) for t in texts])
+    store.append("other", ChatMessage("user", "the Zebra crossing"))
+
+    found, decoded = _decodes_during(lambda: store.search(SessionQuery("zebra")))
+    assert [m.key for m in found] == ["other"]  # type: ignore[attr-defined]
+    assert decoded <= 1  # only the line that holds it; none of the 3,000 lines without it
+
+    found, decoded = _decodes_during(lambda: store.search(SessionQuery("KÖLN 2999")))
+    assert [m.key for m in found] == ["k"]  # type: ignore[attr-defined]
+
+
+def _plain_mentions(lines: list[bytes], needle: str) -> bool:
+    """The definition: some complete line decodes to a record with text containing needle."""
+    for line in lines:
+        record = records.decode_or_none(line)
+        if record is not None and any(needle in t.casefold() for t in records.texts(record.get("content"))):
+            return True
+    return False
+
+
+_ALPHABET = st.sampled_from(["a", "b", "s", "S", "k", "K", "i", "I", "f", "t", "ß", "ẞ", "ſ", "İ", "ı", "K", "ﬁ",
+                             "ﬆ", "é", "É", "e\u0301", "\"", "\\", "/", "\n", "\t", " ", "ö", "Ö", "日", "\U0001f600",
+                             "ŉ", "ǰ", "ẖ", "Σ", "ς", "σ", "\x7f", "\u212b", "å", "x"])
+_TEXT = st.lists(_ALPHABET, max_size=12).map("".join)
+_CONTENT = st.one_of(_TEXT, st.lists(st.one_of(_TEXT, st.builds(lambda t: {"type": "text", "text": t}, _TEXT)),
+                                    max_size=3),
+                     st.builds(lambda t: {"text": t}, _TEXT), st.none(), st.integers(-5, 5))
+
+
+def _encode(record: dict[str, object], how: int) -> bytes:
+    if how == 0:
+        return orjson.dumps(record)  # raw UTF-8, only the escapes JSON requires
+    if how == 1:
+        return json.dumps(record, ensure_ascii=True).encode()  # every non-ASCII character as \uXXXX
+    if how == 2:
+        return json.dumps(record, ensure_ascii=False).replace("/", "\\/").encode()  # escaped slashes
+    return json.dumps(record).encode().replace(b"a", b"\\u0061")  # an ASCII letter escaped
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(contents=st.lists(st.tuples(_CONTENT, st.integers(0, 3)), max_size=6),
+       needle=st.one_of(_TEXT.filter(bool), st.sampled_from(["ss", "SS", "straße", "i̇", "k", "fi", "st", "a/b", 'a"',
+                                                            "\\", "ﬁ", "σ", "ς", "ö", "x"])),
+       junk=st.lists(st.sampled_from([b"garbage", b"", b"[1]", b'{"role":"user","content":"xa"}']), max_size=2))
+def test_the_block_prefilter_never_changes_what_search_finds(contents: list[tuple[object, int]], needle: str,
+                                                             junk: list[bytes]) -> None:
+    lines = [_encode({"id": f"{i:03d}", "created_at": 1, "role": "user", "kind": "message", "content": c}, how)
+             for i, (c, how) in enumerate(contents)] + junk
+    folded = needle.casefold()
+    block = b"".join(line + b"\n" for line in lines)
+    want = _plain_mentions(lines, folded)
+    assert search.block_mentions(block, folded, records.Prefilter(folded)) == want
+    for line in lines:  # and line by line, each its own block
+        one = search.block_mentions(line + b"\n", folded, records.Prefilter(folded))
+        assert one == _plain_mentions([line], folded)
+
+
+def test_the_table_of_non_ascii_characters_folding_to_ascii_is_this_pythons() -> None:
+    found: dict[str, set[str]] = {}
+    for cp in range(0x80, sys.maxunicode + 1):
+        c = chr(cp)
+        for ch in c.casefold():
+            if ch.isascii():
+                found.setdefault(ch, set()).add(c)
+    assert {k: set(v) for k, v in records.FOLDS_TO_ASCII.items()} == found
