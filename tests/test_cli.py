@@ -27,6 +27,7 @@ from jsonl_sessions import SessionStore
 from jsonl_sessions.cli import COMMANDS, build_parser, default_root, main, resolve_root
 from jsonl_sessions.cli.report import PROGRESS_MIN_SESSIONS
 from jsonl_sessions.keys import key_to_stem
+from jsonl_sessions.sqlite import SqliteSessionStore
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 Run = Callable[..., tuple[int, str, str]]
@@ -711,6 +712,20 @@ def test_demo_tours_and_leaves_a_healthy_store(tmp_path: pathlib.Path, capsys: p
     capsys.readouterr()
     assert main(["demo", "--root", str(demo_root)]) == 1  # never mixes into a store with sessions
     assert "already holds sessions" in one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("name", ["x.db", "x.sqlite3"])
+def test_demo_refuses_a_sqlite_root_and_creates_nothing(name: str, tmp_path: pathlib.Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A root every other command opens as a SQLite file is a usage error, not a directory of that name."""
+    assert main(["--root", str(tmp_path / name), "demo"]) == 2
+    assert "no SQLite version" in one_error_line(capsys.readouterr().err)
+    assert list(tmp_path.iterdir()) == []
+    existing = tmp_path / "store.bin"
+    SqliteSessionStore(existing, durability="flush").append("k", {"role": "user", "content": "hi"})  # by its header
+    assert main(["demo", "--root", str(existing)]) == 2
+    assert "no SQLite version" in one_error_line(capsys.readouterr().err)
+    assert existing.is_file()
 
 
 # -- every command as a real process ------------------------------------------------------------------

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from ..errors import CorruptTranscriptError
 from ..layout import SessionFiles
 from ..store import SessionStore
-from .common import CliError, UsageError
+from .common import CliError, UsageError, is_sqlite_path
 from .format import render_message, terminal_width
 from .repair import run_repair
 from .verify import run_verify
@@ -50,8 +50,12 @@ def _run(argv: list[str], command: Callable[[], int]) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``demo [--root DIR]``: the tour, in a new temporary directory unless ``--root``."""
-    if getattr(args, "backend", "auto") == "sqlite":
-        raise UsageError("the demo tours the JSONL files (torn writes, corrupt lines); it has no SQLite version")
+    backend = getattr(args, "backend", "auto")
+    # A root the other commands would open as a SQLite file (its name or header) is refused
+    # too, before anything is created: the tour would otherwise make a directory of that name.
+    if backend == "sqlite" or (args.root is not None and is_sqlite_path(args.root, backend)):
+        raise UsageError("the demo tours the JSONL files (torn writes, corrupt lines); it has no SQLite version "
+                         "(give --root a directory)")
     return run_demo(args.root, args.width)
 
 

@@ -301,7 +301,8 @@ TABLE: dict[str, Command] = {
         _migrate, cmd_migrate),
     "demo": Command(
         "a guided tour in a temporary store",
-        "Builds a store in a new temporary directory (or --root DIR, which must hold no sessions; "
+        "Builds a JSONL store in a new temporary directory (or --root DIR, a directory that must hold no sessions; a "
+        "SQLite root is a usage error; "
         f"${ENV_ROOT} is not used), holds a short agent conversation, forks and reverts it, simulates a "
         "crash that tears a write and a corrupt line, shows recovery, verify and repair, and prints "
         "where the files are.",
