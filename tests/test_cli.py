@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import orjson
 import pytest
@@ -288,14 +289,67 @@ def test_search_by_text_name_alias_and_limit(run: Run, store: SessionStore) -> N
     store.set_session_name("b", "kubernetes notes")
     store.append("c", {"role": "user", "content": "unrelated"})
     store.set_session_agent_alias("a", "ops")
-    code, out, _ = run("search", "KUBERNETES")
+    code, out, _ = run("search", "KUBERNETES", "-l")
     assert code == 0 and sorted(line.split()[0] for line in out.splitlines()[1:]) == ["a", "b"]
-    code, out, _ = run("search", "kubernetes", "--alias", "ops", "--json")
+    code, out, _ = run("search", "kubernetes", "--alias", "ops", "-l", "--json")
     assert [d["key"] for d in orjson.loads(out)] == ["a"]
     code, out, _ = run("search", "kubernetes", "--limit", "1", "--nl")
     assert len(out.splitlines()) == 1
-    code, out, err = run("search", "absent-word")
-    assert code == 0 and out == "" and "no session matches" in err
+    code, out, err = run("search", "absent-word", "-l")
+    assert code == 1 and out == "" and "no session matches" in err
+
+
+@pytest.fixture(params=["jsonl", "sqlite"])
+def any_store(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> tuple[pathlib.Path, Any]:
+    """A JSONL directory or a SQLite file the CLI opens by its ``--root``."""
+    if request.param == "jsonl":
+        return tmp_path / "store", SessionStore(tmp_path / "store", durability="flush")
+    return tmp_path / "s.db", SqliteSessionStore(tmp_path / "s.db", durability="flush")
+
+
+def test_search_prints_each_matching_message_like_grep(any_store: tuple[pathlib.Path, Any],
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    where, store = any_store
+    ids = [store.append("a", {"role": "user", "content": [{"type": "text", "text": "Deploy the Kubernetes cluster"}]}),
+           store.append("a", {"role": "assistant", "content": "nothing here"}),
+           store.append("a", {"role": "assistant", "content": "Die STRASSE und kubernetes"})]
+    other = store.append("b", {"role": "user", "content": "Eine Straße\nzwei"})
+    store.set_session_name("b", "Kubernetes notes")
+
+    def search(*argv: str) -> tuple[int, list[str], str]:
+        capsys.readouterr()
+        code = main(["--root", str(where), "search", *argv])
+        out, err = capsys.readouterr()
+        return code, out.splitlines(), err
+
+    code, lines, _ = search("KUBERNETES")
+    assert code == 0
+    assert sorted(lines) == sorted([f"a  {ids[0]}  user  Deploy the **Kubernetes** cluster",
+                                    f"a  {ids[2]}  assistant  Die STRASSE und **kubernetes**",
+                                    "b  -  name  **Kubernetes** notes"])
+    # casefolded as the store compares: ß matches ss both ways, and the mark covers the original characters
+    code, lines, _ = search("strasse")
+    assert code == 0 and sorted(lines) == sorted([f"a  {ids[2]}  assistant  Die **STRASSE** und kubernetes",
+                                                  f"b  {other}  user  Eine **Straße**\\nzwei"])
+    code, lines, _ = search("straße", "--json")
+    hits = [orjson.loads(line) for line in lines]
+    assert sorted((h["key"], h["id"], h["role"], h["field"], h["text"][h["start"]:h["end"]]) for h in hits) == [
+        ("a", ids[2], "assistant", "message", "STRASSE"), ("b", other, "user", "message", "Straße")]
+    code, lines, err = search("absent-word")
+    assert code == 1 and lines == [] and "no message matches 'absent-word'" in err
+    code, lines, _ = search("absent-word", "--json")
+    assert code == 1 and lines == []
+
+
+def test_search_finds_matches_past_the_first_page(root: pathlib.Path, store: SessionStore,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Messages are read a page at a time, and every page is searched."""
+    store.append_many("long", [{"role": "user", "content": f"line {i}" + (" needle" if i % 400 == 7 else "")}
+                               for i in range(1300)])
+    capsys.readouterr()
+    assert main(["--root", str(root), "search", "NEEDLE", "--json"]) == 0
+    hits = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [h["text"] for h in hits] == ["line 7 needle", "line 407 needle", "line 807 needle", "line 1207 needle"]
 
 
 def test_stats_counts(run: Run, store: SessionStore, root: pathlib.Path) -> None:

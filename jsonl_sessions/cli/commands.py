@@ -8,16 +8,20 @@ raised (see :mod:`jsonl_sessions.cli.common`).
 from __future__ import annotations
 
 import argparse
+import bisect
+import itertools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 
-from ..errors import InvalidMessageError, SessionExistsError, SessionNotFoundError
+from .. import records
+from ..errors import InvalidMessageError, MessageNotFoundError, SessionExistsError, SessionNotFoundError
 from ..keys import key_to_stem
 from ..lines import BOM
 from ..location import resolve_root
+from ..protocol import SessionBackend
 from ..store import SessionStore
 from ..types import ChatMessage, SessionMetadata, SessionQuery
 from .common import (
@@ -33,6 +37,7 @@ from .common import (
     sessions_out,
 )
 from .foreign import export_to, import_from
+from .format import clean
 from .tail import PAGE
 
 SORTS: dict[str, tuple[Callable[[SessionMetadata], Any], bool]] = {
@@ -89,10 +94,88 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _messages(store: SessionBackend, key: str) -> Iterator[ChatMessage]:
+    """The session's messages, oldest first, a page at a time (memory bounded by a page);
+    nothing when the session is gone."""
+    cursor, count = "", 0
+    try:
+        while True:
+            page = store.page(key, limit=PAGE, after=cursor)
+            yield from page.messages
+            count += len(page.messages)
+            if not page.has_more or not page.messages:
+                return
+            if not page.messages[-1].id or page.messages[-1].id <= cursor:  # lines without ids (another tool's)
+                yield from store.load(key)[count:]
+                return
+            cursor = page.messages[-1].id
+    except (SessionNotFoundError, MessageNotFoundError):  # removed (or rewritten) since the search listed it
+        return
+
+
+def _find(text: str, needle: str) -> tuple[int, int] | None:
+    """Where casefolded ``needle`` first occurs in ``text`` compared casefolded, as a
+    ``(start, end)`` slice of ``text`` itself (casefolding may change lengths: ``ß`` is
+    ``ss``); None when it does not."""
+    folded = [c.casefold() for c in text]
+    at = "".join(folded).find(needle)
+    if at < 0:
+        return None
+    ends = list(itertools.accumulate(len(f) for f in folded))  # ends[i]: folded length of text[: i + 1]
+    start = bisect.bisect_right(ends, at)
+    end = bisect.bisect_left(ends, at + max(len(needle), 1)) + 1 if needle else start
+    return start, min(end, len(text))
+
+
+#: Characters of context kept on each side of a match in a ``search`` line.
+CONTEXT = 40
+
+
+def _snippet(text: str, start: int, end: int, mark: tuple[str, str]) -> str:
+    """One line: the match, marked, with up to :data:`CONTEXT` characters either side."""
+    left = max(0, start - CONTEXT)
+    right = min(len(text), end + CONTEXT)
+    return ("..." if left else "") + clean(text[left:start], one_line=True) + mark[0] + \
+        clean(text[start:end], one_line=True) + mark[1] + clean(text[end:right], one_line=True) + \
+        ("..." if right < len(text) else "")
+
+
+def _hits(store: SessionBackend, md: SessionMetadata, needle: str) -> Iterator[dict[str, Any]]:
+    """The session's matches: its name, then each message whose text contains ``needle``
+    (casefolded, as the store's search compares), as ``search --json`` prints them."""
+    if md.name is not None and (where := _find(md.name, needle)) is not None:
+        yield {"key": md.key, "field": "name", "id": None, "role": None, "text": md.name,
+               "start": where[0], "end": where[1]}
+    for m in _messages(store, md.key):
+        for text in records.texts(m.content):
+            if needle in text.casefold() and (where := _find(text, needle)) is not None:
+                yield {"key": md.key, "field": "message", "id": m.id, "role": m.role, "text": text,
+                       "start": where[0], "end": where[1]}
+                break
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     store = open_store(args)
     found = store.search(SessionQuery(args.keyword, limit=args.limit or None, agent_alias=args.alias))
-    sessions_out(args, found, f"no session matches {args.keyword!r}")
+    if args.sessions or args.nl:
+        sessions_out(args, found, f"no session matches {args.keyword!r}")
+        return EXIT_OK if found else EXIT_FAILURE
+    needle = args.keyword.casefold()
+    mark = ("\x1b[1;31m", "\x1b[0m") if sys.stdout.isatty() else ("**", "**")
+    count = 0
+    for md in found:
+        for hit in _hits(store, md, needle):
+            count += 1
+            if args.json:
+                sys.stdout.write(orjson.dumps(hit, option=orjson.OPT_APPEND_NEWLINE).decode("utf-8"))
+            else:
+                where = f"{hit['id'] or '-'}  {hit['role']}" if hit["field"] == "message" else "-  name"
+                out(f"{clean(md.key, one_line=True)}  {clean(where, one_line=True)}  "
+                    f"{_snippet(hit['text'], hit['start'], hit['end'], mark)}")
+        sys.stdout.flush()  # a session's lines as soon as they are found
+    if not count:
+        err(f"no message matches {args.keyword!r}")
+        return EXIT_FAILURE
     return EXIT_OK
 
 

@@ -137,7 +137,13 @@ def _search(p: argparse.ArgumentParser) -> None:
     p.add_argument("keyword", metavar="KEYWORD")
     p.add_argument("--alias", metavar="AGENT", help="only sessions attributed to this agent alias")
     p.add_argument("--limit", type=_count, default=50, metavar="N", help="at most N sessions (default 50; 0: all)")
-    _outputs(p)
+    p.add_argument("-l", "--sessions", action="store_true",
+                   help="only the matching sessions, as the ls table (like grep -l)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--json", action="store_true",
+                       help="one JSON object a line per match: key, field (message or name), id, role, text, and "
+                            "start/end of the match in text; with -l: a JSON array of session objects")
+    group.add_argument("--nl", action="store_true", help="with -l: one session object a line (implies -l)")
 
 
 def _verify(p: argparse.ArgumentParser) -> None:
@@ -233,8 +239,12 @@ TABLE: dict[str, Command] = {
         "lock-free), also across a truncate, revert or rewrite of the session, until Ctrl-C.",
         _tail, cmd_tail),
     "search": Command(
-        "find sessions by keyword",
-        "Sessions whose name or message text contains KEYWORD (case-insensitive), newest activity first.",
+        "find messages by keyword, like grep",
+        "Every message whose text contains KEYWORD (case-insensitive), one line each: session key, message "
+        "id, role and the text around the match (marked). Sessions newest activity first, messages oldest "
+        "first; a session whose name matches also gets a line for its name. Streams: each session's lines "
+        "are printed as they are found. With -l only the sessions. Exit status 0 when something matched, "
+        "1 when nothing did (like grep).",
         _search, cmd_search),
     "verify": Command(
         "check the store's health (fsck); exit 1 on problems",
