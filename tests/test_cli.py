@@ -892,3 +892,76 @@ def test_console_script_entry_point_exists() -> None:
     else:  # not installed with scripts: the module entry point is the same main()
         assert cli("--version").stdout.startswith("jsonl-sessions ")
 
+
+
+# -- --json on every command ---------------------------------------------------------------------------
+JSON_CASES: dict[str, list[str]] = {
+    "ls": ["ls"],
+    "show": ["show", "demo/chat"],
+    "tail": ["tail", "demo/chat", "-n", "2"],
+    "search": ["search", "message"],
+    "verify": ["verify"],
+    "repair": ["repair", "demo/chat"],
+    "gc": ["gc"],
+    "export": ["export", "demo/chat"],
+    "import": ["import", "imported", "{input}"],
+    "rm": ["rm", "demo/chat"],
+    "stats": ["stats"],
+    "migrate": ["migrate", "{root}", "{tmp}/copy.db"],
+    "demo": ["demo", "--root", "{tmp}/tour"],
+}
+
+
+def _json_values(text: str) -> list[Any]:
+    """The values of ``text``: one JSON document, or NDJSON (one a line)."""
+    try:
+        return [orjson.loads(text)]
+    except orjson.JSONDecodeError:
+        return [orjson.loads(line) for line in text.splitlines()]
+
+
+def test_json_cases_cover_every_command() -> None:
+    assert sorted(JSON_CASES) == sorted(COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_accepts_json_and_prints_only_json(command: str, populated: pathlib.Path,
+                                                         tmp_path: pathlib.Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "in.json"
+    source.write_text('[{"role": "user", "content": "hi"}]', encoding="utf-8")
+    argv = [a.format(root=populated, tmp=tmp_path, input=source) for a in JSON_CASES[command]]
+    capsys.readouterr()
+    assert main(["--root", str(populated), *argv, "--json"]) == 0
+    out = capsys.readouterr().out
+    values = _json_values(out)
+    assert values and all(isinstance(v, (dict, list)) for v in values), out
+
+
+def test_json_shapes_of_the_commands_that_print_a_result(populated: pathlib.Path, tmp_path: pathlib.Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    def as_json(*argv: str) -> Any:
+        capsys.readouterr()
+        main(["--root", str(populated), *argv, "--json"])
+        return _json_values(capsys.readouterr().out)
+
+    (shown,) = as_json("show", "demo/chat", "-n", "1")
+    assert shown["content"] == "message 2"
+    (repaired,) = as_json("repair", "demo/chat")
+    assert repaired["key"] == "demo/chat" and repaired["changed"] is False and repaired["kept"] == 3
+    (imported,) = as_json("import", "new", str(_write(tmp_path)))
+    assert imported["key"] == "new" and imported["created"] is True and len(imported["ids"]) == 1
+    (removed,) = as_json("rm", "-f", "new", "absent")
+    assert [(r["key"], r["removed"], r["reason"]) for r in removed] == [("new", True, None), ("absent", False, "missing")]
+    (copied,) = as_json("migrate", str(populated), str(tmp_path / "c.db"))
+    assert copied["copied"] == ["demo/chat"] and copied["failed"] == {} and copied["target"]["kind"] == "SQLite file"
+    (tour,) = as_json("demo", "--root", str(tmp_path / "tour"))
+    assert tour == {"root": str(tmp_path / "tour"), "sessions": ["demo/chat", "demo/what-if"]}
+    capsys.readouterr()
+    assert main(["--root", str(populated), "export", "demo/chat", "--to", "claude-code", "--json"]) == 2
+
+
+def _write(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "one.json"
+    path.write_text('[{"role": "user", "content": "hi"}]', encoding="utf-8")
+    return path

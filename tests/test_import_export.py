@@ -324,3 +324,11 @@ def test_codex_cli_directory_import_and_errors(tmp_path: pathlib.Path, capsys: A
     assert main(["--root", root, "import", "--from", "codex", str(path), "extra"]) == 2
     assert main(["--root", root, "import", "only-a-key"]) == 2
     assert main(["--root", root, "import", "--from", "codex", str(tmp_path / "nope")]) == 1
+
+
+def test_import_from_with_json_prints_one_object_a_file(tmp_path: pathlib.Path, claude_project: pathlib.Path,
+                                                        capsys: Any) -> None:
+    root = str(tmp_path / "store")
+    assert main(["--root", root, "import", "--from", "claude-code", str(claude_project), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert first == {"key": main_key(), "written": len(CLAUDE), "left_out": 0, "bad_lines": [4], "torn": True}

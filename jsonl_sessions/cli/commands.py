@@ -31,6 +31,7 @@ from .common import (
     Printer,
     UsageError,
     err,
+    json_out,
     open_store,
     out,
     quarantine_files,
@@ -181,6 +182,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     if args.to is not None or args.output is not None or args.session_id is not None:
+        if getattr(args, "json", False):
+            raise UsageError("--json is the native export (one JSON message a line); --to writes another format")
         return export_to(args)
     store = open_store(args)
     messages = store.load(args.key) if args.lenient else store.try_load(args.key)
@@ -256,6 +259,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             has_ids = any(m.id for m in messages)
             raise CliError(f"{exc}" + ("; the input's own ids are kept: --new-ids lets the store assign new ones"
                                        if has_ids else "")) from None
+    if args.json:
+        json_out({"key": args.key, "created": not existed, "ids": ids})
+        return EXIT_OK
     out(f"imported {len(ids)} messages into {'existing' if existed else 'new'} session {args.key!r} "
          f"({ids[0]} .. {ids[-1]})")
     return EXIT_OK
@@ -266,20 +272,27 @@ def cmd_rm(args: argparse.Namespace) -> int:
         key_to_stem(key)  # every key valid before anything is removed
     store = open_store(args)
     status = EXIT_OK
+    results: list[dict[str, Any]] = []  # --json: one object a key, in the order given
     for key in args.keys:
         with store.lock(key):
             if not store.session_exists(key):
                 if not args.force:
                     err(f"error: session {key!r} does not exist")
                     status = EXIT_FAILURE
+                results.append({"key": key, "removed": False, "reason": "missing", "kept": []})
                 continue
             if not args.force:
                 state = store.get_session_state(key)
                 if state is not None and state.state == "running":
                     err(f"error: session {key!r} is running (turn {state.turn_id!r}); --force removes it anyway")
                     status = EXIT_FAILURE
+                    results.append({"key": key, "removed": False, "reason": "running", "kept": []})
                     continue
             store.delete_session(key)
         kept = sorted(quarantine_files(store.root, key_to_stem(key))) if isinstance(store, SessionStore) else []
-        out(f"removed session {key!r}" + (f" (kept its quarantine files: {', '.join(kept)})" if kept else ""))
+        results.append({"key": key, "removed": True, "reason": None, "kept": kept})
+        if not args.json:
+            out(f"removed session {key!r}" + (f" (kept its quarantine files: {', '.join(kept)})" if kept else ""))
+    if args.json:
+        json_out(results)
     return status

@@ -9,12 +9,15 @@ are. The store is left in place so the other commands can be tried on it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import stat
 import sys
 import tempfile
 from collections.abc import Callable
+
+import orjson
 
 from ..errors import CorruptTranscriptError
 from ..layout import SessionFiles
@@ -56,7 +59,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if backend == "sqlite" or (args.root is not None and is_sqlite_path(args.root, backend)):
         raise UsageError("the demo tours the JSONL files (torn writes, corrupt lines); it has no SQLite version "
                          "(give --root a directory)")
-    return run_demo(args.root, args.width)
+    if not getattr(args, "json", False):
+        return run_demo(args.root, args.width)
+    # --json: the narration (and the commands it runs) goes to stderr, the result to stdout.
+    where = os.path.abspath(args.root if args.root is not None else tempfile.mkdtemp(prefix="jsonl-sessions-demo-"))
+    with contextlib.redirect_stdout(sys.stderr):
+        status = run_demo(where, args.width)
+    sys.stdout.write(orjson.dumps({"root": where, "sessions": SessionStore(where).list_sessions()},
+                                  option=orjson.OPT_APPEND_NEWLINE).decode("utf-8"))
+    return status
 
 
 def run_demo(root: str | None, width: int | None) -> int:

@@ -12,7 +12,7 @@ import orjson
 from ..errors import SessionExistsError
 from ..foreign.files import write_jsonl
 from ..foreign.transfer import Imported, export_claude_code, import_claude_code, import_codex, iter_codex_rollouts
-from .common import EXIT_FAILURE, EXIT_OK, CliError, UsageError, err, open_store, out
+from .common import EXIT_FAILURE, EXIT_OK, CliError, UsageError, err, nl_out, open_store, out
 
 __all__ = ["export_to", "import_from"]
 
@@ -29,7 +29,7 @@ def import_from(args: argparse.Namespace) -> int:
         if args.append:
             raise UsageError("--append is implied for claude-code: entries already stored (by uuid) are skipped")
         for done in import_claude_code(store, path):
-            _report(done)
+            _report(done, args.json)
         return EXIT_OK
     files = list(iter_codex_rollouts(path)) if os.path.isdir(path) else [path]
     if not files:
@@ -37,14 +37,18 @@ def import_from(args: argparse.Namespace) -> int:
     status = EXIT_OK
     for rollout in files:
         try:
-            _report(import_codex(store, rollout, append=args.append))
+            _report(import_codex(store, rollout, append=args.append), args.json)
         except (ValueError, OSError, SessionExistsError) as exc:  # reported; the other files still go in
             err(f"error: {rollout}: {exc}")
             status = EXIT_FAILURE
     return status
 
 
-def _report(done: Imported) -> None:
+def _report(done: Imported, as_json: bool) -> None:
+    if as_json:  # one object a file, as each is imported
+        nl_out([{"key": done.key, "written": done.written, "left_out": done.left_out,
+                 "bad_lines": list(done.bad_lines), "torn": done.torn}])
+        return
     notes = [f"{done.left_out} left out"] if done.left_out else []
     if done.bad_lines:
         notes.append(f"{len(done.bad_lines)} unreadable line(s) skipped (line {done.bad_lines[0]}...)")

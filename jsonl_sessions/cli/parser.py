@@ -97,6 +97,7 @@ def _outputs(p: argparse.ArgumentParser) -> None:
 
 def _rendering(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jsonl", action="store_true", help="raw output: one JSON message a line, as stored")
+    p.add_argument("--json", dest="jsonl", action="store_true", help="the same as --jsonl (NDJSON)")
     p.add_argument("--width", type=_count, metavar="COLUMNS", default=None,
                    help="wrap text at this width (default: the terminal's; 0: no wrapping)")
 
@@ -154,6 +155,13 @@ def _verify(p: argparse.ArgumentParser) -> None:
                         "session under its lock, then report again (JSONL stores; transcripts are never touched)")
 
 
+def _repair(p: argparse.ArgumentParser) -> None:
+    _key(p)
+    p.add_argument("--json", action="store_true",
+                   help='the report as JSON: {"key", "changed", "kept", "dropped" (line, offset, reason, corrupt), '
+                        '"torn_bytes", "bom", "recovered", "quarantine", "torn_saved"}')
+
+
 def _gc(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="the removed files as JSON")
 
@@ -161,6 +169,8 @@ def _gc(p: argparse.ArgumentParser) -> None:
 def _export(p: argparse.ArgumentParser) -> None:
     _key(p)
     p.add_argument("--lenient", action="store_true", help="skip corrupt lines (with a warning) instead of failing")
+    p.add_argument("--json", action="store_true",
+                   help="the default output, named for uniformity: one JSON message a line (NDJSON); not with --to")
     p.add_argument("--to", choices=("claude-code",), default=None, help="another tool's transcript format")
     p.add_argument("-o", "--output", metavar="FILE", default=None,
                    help="with --to: write FILE atomically instead of stdout (as <session id>.jsonl inside a "
@@ -178,11 +188,17 @@ def _import(p: argparse.ArgumentParser) -> None:
                    help="read another tool's session files")
     p.add_argument("--append", action="store_true", help="append to the session if it exists")
     p.add_argument("--new-ids", action="store_true", help="ignore the input's ids; the store assigns new ones")
+    p.add_argument("--json", action="store_true",
+                   help='the result as JSON: {"key", "created", "ids"} (with --from: one such object a line, '
+                        'with "written" instead of "ids")')
 
 
 def _rm(p: argparse.ArgumentParser) -> None:
     p.add_argument("keys", nargs="+", metavar="KEY", help="the session keys")
     p.add_argument("-f", "--force", action="store_true", help="also remove running sessions; ignore missing ones")
+    p.add_argument("--json", action="store_true",
+                   help='a JSON array, one object a key: {"key", "removed", "reason" (missing, running or null), '
+                        '"kept" (quarantine files)}')
 
 
 MIGRATE_BACKENDS = (*BACKENDS, "postgres")
@@ -200,6 +216,8 @@ def _migrate(p: argparse.ArgumentParser) -> None:
                    help="SRC's PostgreSQL schema (default jsonl_sessions)")
     p.add_argument("--to-schema", dest="target_schema", default="jsonl_sessions",
                    help="DST's PostgreSQL schema (default jsonl_sessions)")
+    p.add_argument("--json", action="store_true",
+                   help='the result as JSON: {"source", "target", "copied" (keys), "failed" (key: error)}')
 
 
 def _stats(p: argparse.ArgumentParser) -> None:
@@ -208,6 +226,8 @@ def _stats(p: argparse.ArgumentParser) -> None:
 
 def _demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=_count, metavar="COLUMNS", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true",
+                   help='the narration on stderr; on stdout {"root", "sessions"} as JSON')
 
 
 @dataclass(frozen=True)
@@ -261,7 +281,7 @@ TABLE: dict[str, Command] = {
         "Rewrites the session keeping every line that parses, dropping a torn tail and duplicate "
         "lines; when it drops a corrupt line it first saves the original bytes in "
         "<stem>.quarantine-<time>.jsonl.bak next to it. Prints what was kept, set aside, and where.",
-        _key, cmd_repair),
+        _repair, cmd_repair),
     "gc": Command(
         "remove the lock files and leftovers of deleted sessions",
         "Removes what sessions that no longer exist left behind: their lock files (one per key ever "

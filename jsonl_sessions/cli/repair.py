@@ -4,20 +4,36 @@ what was kept, dropped and saved where."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
+from ..compaction import CompactionReport
 from ..sqlite import SqliteSessionStore
 from ..store import SessionStore, compaction_report
 from . import sqlite as sqlite_cli
-from .common import EXIT_OK, open_concrete, out
+from .common import EXIT_OK, json_out, open_concrete, out
 from .format import clean, short
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
     """``repair KEY`` on the store the arguments name."""
     store = open_concrete(args)
+    if getattr(args, "json", False):
+        json_out(report_json(store.compaction_report(args.key, repair=True) if isinstance(store, SqliteSessionStore)
+                             else compaction_report(store, args.key, repair=True)))
+        return EXIT_OK
     if isinstance(store, SqliteSessionStore):
         return sqlite_cli.run_repair(store, args.key)
     return run_repair(store, args.key)
+
+
+def report_json(report: CompactionReport) -> dict[str, Any]:
+    """``repair --json``: one object, the same keys for every backend."""
+    plan = report.plan
+    return {"key": report.key, "changed": plan.changed, "kept": len(plan.kept),
+            "dropped": [{"line": d.line, "offset": d.offset, "reason": d.reason, "corrupt": d.corrupt}
+                        for d in plan.dropped],
+            "torn_bytes": plan.torn, "bom": plan.bom, "recovered": report.recovered,
+            "quarantine": report.quarantine, "torn_saved": report.torn_saved}
 
 
 def run_repair(store: SessionStore, key: str) -> int:

@@ -85,9 +85,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     report = migrate(source, target, progress=ProgressBar())
     for key, exc in sorted(report.failed.items()):
         err(f"error: session {key!r} not copied: {exc}")
-    out(f"copied {len(report.copied)} session{'s' if len(report.copied) != 1 else ''} from the "
-        f"{_kind(source)} {getattr(source, 'root', '')} to the {_kind(target)} {getattr(target, 'root', '')}"
-        + (f"; {len(report.failed)} not copied (see above)" if report.failed else ""))
+    if getattr(args, "json", False):
+        json_out({"source": {"kind": _kind(source), "root": getattr(source, "root", None)},
+                  "target": {"kind": _kind(target), "root": getattr(target, "root", None)},
+                  "copied": sorted(report.copied), "failed": {k: str(e) for k, e in sorted(report.failed.items())}})
+    else:
+            out(f"copied {len(report.copied)} session{'s' if len(report.copied) != 1 else ''} from the "
+            f"{_kind(source)} {getattr(source, 'root', '')} to the {_kind(target)} {getattr(target, 'root', '')}"
+            + (f"; {len(report.failed)} not copied (see above)" if report.failed else ""))
     source.close()
     target.close()
     return EXIT_OK if report.ok else EXIT_FAILURE
