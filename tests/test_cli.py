@@ -339,6 +339,8 @@ def test_search_prints_each_matching_message_like_grep(any_store: tuple[pathlib.
     assert code == 1 and lines == [] and "no message matches 'absent-word'" in err
     code, lines, _ = search("absent-word", "--json")
     assert code == 1 and lines == []
+    code, lines, _ = search("")  # every message, nothing marked
+    assert code == 0 and len(lines) == 5 and not any("**" in line for line in lines)
 
 
 def test_search_finds_matches_past_the_first_page(root: pathlib.Path, store: SessionStore,

@@ -134,6 +134,8 @@ CONTEXT = 40
 
 def _snippet(text: str, start: int, end: int, mark: tuple[str, str]) -> str:
     """One line: the match, marked, with up to :data:`CONTEXT` characters either side."""
+    if start == end:  # an empty keyword matches everywhere: nothing to mark
+        mark = ("", "")
     left = max(0, start - CONTEXT)
     right = min(len(text), end + CONTEXT)
     return ("..." if left else "") + clean(text[left:start], one_line=True) + mark[0] + \
