@@ -176,7 +176,7 @@ def test_the_command_line_never_hangs_on_a_fifo(tmp_path: pathlib.Path, role: st
     build(root)
     unblock.append(plant(root, role, "fifo"))
     base = [sys.executable, "-m", "jsonl_sessions", "--root", str(root)]
-    for argv in (["ls", "--json"], ["stats", "--json"], ["search", "--json", "hello"], ["verify", "--json"],
+    for argv in (["ls", "--json"], ["stats", "--json"], ["search", "-l", "--json", "hello"], ["verify", "--json"],
                  ["show", "a"]):
         try:
             done = subprocess.run(base + argv, capture_output=True, text=True, timeout=20, env=child_env(),
@@ -264,7 +264,7 @@ def test_an_unreadable_session_file_is_listed_with_a_warning_by_api_and_cli() ->
                 "search": sorted(md.key for md in api.search(SessionQuery("hello"))),
             }
             sys.stdout.write(orjson.dumps(report).decode() + "\n")
-            for argv in (["ls", "--json"], ["stats", "--json"], ["search", "--json", "hello"]):
+            for argv in (["ls", "--json"], ["stats", "--json"], ["search", "-l", "--json", "hello"]):
                 sys.stdout.write(f"{main(['--root', store_root, *argv])}\n")
             return 0
 
