@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _budget import sized
+from _budget import SOAK, sized
 from _pg import PgServer
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -168,8 +168,11 @@ def test_state_machine(name: str, pg_server: PgServer) -> None:
     machine = make_state_machine(factory, manual_clock=manual, storage=PostgresStorage if storage else None,
                                  name=f"Postgres_{name.replace('-', '_')}")
     try:
+        # Lean runs use a fixed set of programs (derandomize), checked to age and damage
+        # sessions: a few random programs sometimes never did, which made the check below
+        # flaky. A soak explores at random.
         run_state_machine_as_test(machine, settings=settings(
-            max_examples=examples, stateful_step_count=30, deadline=None,
+            max_examples=examples, stateful_step_count=30, deadline=None, derandomize=not SOAK,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]))
     finally:
         for store in stores:
