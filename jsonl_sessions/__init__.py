@@ -27,7 +27,7 @@ from .errors import (
     SessionStoreError,
     UnsafePathError,
 )
-from .store import SessionStore
+from .jsonl.store import SessionStore
 from .types import (
     ChatMessage,
     Page,

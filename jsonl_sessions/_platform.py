@@ -44,7 +44,7 @@ def open_file(path: str, flags: int, mode: int = 0o600) -> int:
     Never waits in open(2): an existing file is opened with ``O_NONBLOCK``, since a FIFO
     (or a device) planted where a session file belongs would otherwise block the open
     forever. The descriptor keeps the flag until :func:`make_blocking`, which a caller
-    runs once ``fstat`` showed a regular file (:func:`jsonl_sessions.layout.open_regular`).
+    runs once ``fstat`` showed a regular file (:func:`jsonl_sessions.jsonl.layout.open_regular`).
     A new file (``O_CREAT | O_EXCL``) is always a regular one: opened without it."""
     if flags & _O_NEW != _O_NEW:
         flags |= _O_NONBLOCK

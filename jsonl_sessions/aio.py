@@ -35,8 +35,8 @@ import os
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .jsonl.store import SessionStore
 from .protocol import SessionBackend, backend_methods
-from .store import SessionStore
 from .types import Durability
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import codec
-from .lines import BOM
+from .jsonl.lines import BOM
 
 
 @dataclass(frozen=True)

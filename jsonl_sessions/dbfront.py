@@ -10,14 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import codec, rows, sidecar
-from .assign import assign_ids
+from . import codec, rows
+from .arguments import check_page_arguments
 from .compaction import CompactionReport, plan_lines
 from .errors import CorruptTranscriptError, SessionExistsError
+from .ids import assign_ids
+from .jsonl import sidecar
 from .keys import validate_key
 from .metafront import MetadataFront
-from .pagewalk import Reading
-from .rules import check_page_arguments
+from .pagination import Reading
 from .types import ChatMessage, Durability, MessageLike, Page, SessionMetadata, TimestampedMessage, datetime_of_ms
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import sidecar
-from .rules import check_context, check_number, check_state, check_text
+from .arguments import check_context, check_number, check_state, check_text
+from .jsonl import sidecar
 from .types import SessionMetadata, SessionState
 
 

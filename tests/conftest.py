@@ -32,4 +32,4 @@ def untimed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gc, "collect", lambda generation=2: 0)
 
 
-from _pg import pg_dsn, pg_schema, pg_server  # noqa: E402,F401  (PostgreSQL fixtures: a server per test session)
+from _pg import pg_dsn, pg_schema, pg_server  # noqa: F401  (PostgreSQL fixtures: a server per test session)

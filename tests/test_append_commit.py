@@ -18,8 +18,8 @@ import pytest
 from _child import child_env
 
 from jsonl_sessions import SessionQuery, SessionStore, _platform
-from jsonl_sessions.control import VISIBLE_OFFSET
-from jsonl_sessions.layout import SessionFiles
+from jsonl_sessions.jsonl.control import VISIBLE_OFFSET
+from jsonl_sessions.jsonl.layout import SessionFiles
 
 KEY = "k"
 

@@ -14,8 +14,8 @@ import pytest
 from jsonl_sessions import CorruptTranscriptError, SessionStore
 from jsonl_sessions.cli import main
 from jsonl_sessions.compaction import CompactionReport
+from jsonl_sessions.jsonl.store import compaction_report
 from jsonl_sessions.sqlite import SessionSnapshot, SqliteSessionStore
-from jsonl_sessions.store import compaction_report
 
 LINES = [
     b'{"id":"a","created_at":1,"role":"user","kind":"message","content":"one"}',

@@ -11,8 +11,8 @@ import pytest
 from syscalls import SyscallProbe
 
 from jsonl_sessions import SessionStore
-from jsonl_sessions.control import RECORD_OFFSET, AppendBatch, Moves, TailRewrite, encode_record, parse_record
 from jsonl_sessions.errors import CorruptControlError, CorruptTranscriptError
+from jsonl_sessions.jsonl.control import RECORD_OFFSET, AppendBatch, Moves, TailRewrite, encode_record, parse_record
 from jsonl_sessions.testing.faults import FaultInjector as Injector
 
 

@@ -28,7 +28,7 @@ import pytest
 from _summary import record
 
 from jsonl_sessions import ChatMessage, SessionStore
-from jsonl_sessions.control import RECORD_OFFSET
+from jsonl_sessions.jsonl.control import RECORD_OFFSET
 
 pytestmark = pytest.mark.skipif(
     not (hasattr(os, "kill") and hasattr(signal, "SIGKILL")), reason="needs os.kill and SIGKILL"

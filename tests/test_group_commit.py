@@ -18,7 +18,7 @@ import pytest
 from syscalls import SyscallProbe
 
 from jsonl_sessions import DuplicateMessageError, SerializationError, SessionStore
-from jsonl_sessions.locks import SessionGuard
+from jsonl_sessions.jsonl.guard import SessionGuard
 from jsonl_sessions.testing import FaultInjector
 
 KEY = "k"

@@ -34,12 +34,12 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from jsonl_sessions import SessionQuery, SessionStore, _platform, codec
-from jsonl_sessions._atomic import unlink_quietly, write_temp
-from jsonl_sessions.control import rename_over
-from jsonl_sessions.locks import SessionGuard
+from jsonl_sessions.jsonl._atomic import unlink_quietly, write_temp
+from jsonl_sessions.jsonl.control import rename_over
+from jsonl_sessions.jsonl.guard import SessionGuard
+from jsonl_sessions.jsonl.txn import Tx
 from jsonl_sessions.testing import check_power_loss, fault_loop, make_state_machine
 from jsonl_sessions.testing.faults import no_temp_files, observer
-from jsonl_sessions.txn import Tx
 from jsonl_sessions.types import Page, SessionMetadata
 
 # -- the planted bugs -----------------------------------------------------------------------

@@ -35,9 +35,9 @@ from jsonl_sessions import (
     SessionNotFoundError,
     SessionStore,
     _platform,
-    lines,
 )
 from jsonl_sessions import ids as ulid
+from jsonl_sessions.jsonl import lines
 from jsonl_sessions.keys import key_to_stem
 from jsonl_sessions.testing import reference
 

@@ -28,8 +28,8 @@ from sigkill import ENV
 
 from jsonl_sessions import LockTimeoutError, SessionStore
 from jsonl_sessions.cli import main
+from jsonl_sessions.jsonl.store import prune_report
 from jsonl_sessions.keys import key_to_stem
-from jsonl_sessions.store import prune_report
 
 LONG = "long/" + "k" * 300
 

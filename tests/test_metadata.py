@@ -36,8 +36,8 @@ from jsonl_sessions import (
     SessionStore,
     _platform,
     codec,
-    transcript,
 )
+from jsonl_sessions.jsonl import transcript
 from jsonl_sessions.testing.faults import FaultInjector as Injector
 
 START_MS = 1_750_000_000_000

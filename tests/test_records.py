@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jsonl_sessions import ChatMessage, SessionStore, codec, records, rules
+from jsonl_sessions import ChatMessage, SessionStore, codec, records
+from jsonl_sessions import arguments as rules
 from jsonl_sessions.protocol import SessionBackend
 from jsonl_sessions.sqlite import SessionSnapshot, SqliteSessionStore
 from jsonl_sessions.types import RESERVED_FIELDS, SessionQuery

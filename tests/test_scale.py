@@ -24,11 +24,10 @@ from jsonl_sessions import (
     SessionStore,
     codec,
     records,
-    search,
-    transcript,
 )
+from jsonl_sessions.jsonl import search, transcript
+from jsonl_sessions.jsonl.lines import BOM, CHUNK_BYTES
 from jsonl_sessions.keys import key_to_stem
-from jsonl_sessions.lines import BOM, CHUNK_BYTES
 
 
 def run_python(code: str) -> str:

@@ -202,7 +202,8 @@ def test_a_corrupt_line_from_a_plain_tool_still_stops_a_rewrite(warm: SessionSto
 def test_at_most_max_views_transcripts_stay_open_and_the_newest_is_kept(tmp_path: pathlib.Path) -> None:
     script = textwrap.dedent(f"""
         import os
-        from jsonl_sessions import SessionStore, locks
+        from jsonl_sessions import SessionStore
+        from jsonl_sessions.jsonl import guard as locks
         locks.MAX_VIEWS = 2
         root = {str(tmp_path)!r}
         store = SessionStore(root, durability="flush")

@@ -29,7 +29,7 @@ from _child import child_env
 from jsonl_sessions import SessionQuery, SessionStore
 from jsonl_sessions.cli import main
 from jsonl_sessions.errors import CorruptMetadataError, SessionStoreError, UnsafePathError
-from jsonl_sessions.layout import SessionFiles
+from jsonl_sessions.jsonl.layout import SessionFiles
 
 #: Seconds an operation may take before it counts as hung (each takes milliseconds).
 HANG = 5.0

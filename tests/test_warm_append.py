@@ -17,10 +17,11 @@ import pytest
 from _child import child_env
 from syscalls import probe
 
-import jsonl_sessions.warm
-from jsonl_sessions import SessionStore, ids, messages
-from jsonl_sessions.control import SEQ_OFFSET
-from jsonl_sessions.layout import SessionFiles
+import jsonl_sessions.jsonl.append
+from jsonl_sessions import SessionStore, ids
+from jsonl_sessions.jsonl import messages
+from jsonl_sessions.jsonl.control import SEQ_OFFSET
+from jsonl_sessions.jsonl.layout import SessionFiles
 from jsonl_sessions.testing.faults import FaultInjector
 
 KEY = "k"
@@ -43,7 +44,7 @@ def general(monkeypatch: pytest.MonkeyPatch) -> Iterator[GeneralPath]:
         spy.calls += 1
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(jsonl_sessions.warm, "append_many", counted)
+    monkeypatch.setattr(jsonl_sessions.jsonl.append, "append_many", counted)
     yield spy
 
 

@@ -18,11 +18,11 @@ import orjson
 
 from .. import records
 from ..errors import InvalidMessageError, MessageNotFoundError, SessionExistsError, SessionNotFoundError
+from ..jsonl.lines import BOM
+from ..jsonl.store import SessionStore
 from ..keys import key_to_stem
-from ..lines import BOM
 from ..location import resolve_root
 from ..protocol import SessionBackend
-from ..store import SessionStore
 from ..types import ChatMessage, SessionMetadata, SessionQuery
 from .common import (
     EXIT_FAILURE,

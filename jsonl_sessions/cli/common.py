@@ -17,11 +17,11 @@ from typing import Any
 
 import orjson
 
-from ..layout import classify
+from ..jsonl.layout import classify
+from ..jsonl.store import SessionStore
 from ..location import ENV_ROOT, resolve_root
 from ..protocol import SessionBackend
 from ..sqlite import SqliteSessionStore
-from ..store import SessionStore
 from ..types import ChatMessage, SessionMetadata
 from .format import COLUMNS, clean, message_json, metadata_json, metadata_row, render_message, table, terminal_width
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 import orjson
 
 from ..errors import CorruptTranscriptError
-from ..layout import SessionFiles
-from ..store import SessionStore
+from ..jsonl.layout import SessionFiles
+from ..jsonl.store import SessionStore
 from .common import CliError, UsageError, is_sqlite_path
 from .format import render_message, terminal_width
 from .repair import run_repair

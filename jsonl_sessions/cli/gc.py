@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..store import SessionStore, prune_report
+from ..jsonl.store import SessionStore, prune_report
 from .common import EXIT_OK, is_sqlite, json_out, open_concrete, out
 
 

@@ -7,8 +7,8 @@ import argparse
 from typing import Any
 
 from ..compaction import CompactionReport
+from ..jsonl.store import SessionStore, compaction_report
 from ..sqlite import SqliteSessionStore
-from ..store import SessionStore, compaction_report
 from . import sqlite as sqlite_cli
 from .common import EXIT_OK, json_out, open_concrete, out
 from .format import clean, short

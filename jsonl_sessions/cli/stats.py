@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import _platform
 from ..errors import SessionStoreError
-from ..layout import TMP_SUFFIX, SessionFiles, classify
+from ..jsonl.layout import TMP_SUFFIX, SessionFiles, classify
 from . import sqlite as sqlite_cli
 from .common import EXIT_OK, PROG, existing_root, is_sqlite, json_out, open_path, open_sqlite, out
 from .format import clean, when

@@ -8,11 +8,11 @@ import os
 import time
 from collections.abc import Callable
 
-from ..control import read_head
 from ..errors import MessageNotFoundError, SessionNotFoundError, SessionStoreError
-from ..layout import SessionFiles
+from ..jsonl.control import read_head
+from ..jsonl.layout import SessionFiles
+from ..jsonl.store import SessionStore
 from ..protocol import SessionBackend
-from ..store import SessionStore
 from .common import EXIT_OK, Printer, err, open_store
 
 PAGE = 500  # messages per read when catching up

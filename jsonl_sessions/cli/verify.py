@@ -5,7 +5,7 @@ opened (opening one removes leftover temp files and completes interrupted writes
 would hide what this reports), no recovery runs, no guard is taken. With ``--fix`` it
 then clears what a killed writer left (:data:`FIXABLE`: temp files, orphan sidecars,
 pending records, odd counters), each session under its guard (recovery runs, then
-:func:`jsonl_sessions.store.clear_leftovers` re-checks and removes), says what was fixed,
+:func:`jsonl_sessions.jsonl.store.clear_leftovers` re-checks and removes), says what was fixed,
 and reports again; transcripts are never touched. To tell a crashed
 writer's leftovers from a write in progress it probes a session's lock for a moment
 (non-blocking ``flock``, released at once); what a live writer holds is a note, not a
@@ -33,14 +33,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from .. import _platform, codec, sidecar
-from ..control import RECORD_OFFSET, parse_record, read_head
+from .. import _platform, codec
 from ..errors import CorruptControlError, CorruptMetadataError, SessionStoreError
+from ..jsonl import sidecar
+from ..jsonl.control import RECORD_OFFSET, parse_record, read_head
+from ..jsonl.layout import LOCK_SUFFIX, SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, classify, key_of_stem, read_sidecar
+from ..jsonl.lines import BOM, iter_lines_forward
+from ..jsonl.store import SessionStore, clear_leftovers
 from ..keys import is_hashed, key_to_stem, stem_to_key
-from ..layout import LOCK_SUFFIX, SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, classify, key_of_stem, read_sidecar
-from ..lines import BOM, iter_lines_forward
 from ..location import ENV_ROOT, resolve_root
-from ..store import SessionStore, clear_leftovers
 from . import sqlite as sqlite_cli
 from .common import EXIT_FAILURE, EXIT_OK, UsageError, is_sqlite, json_out, open_sqlite, out
 from .format import clean

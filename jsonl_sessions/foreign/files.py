@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from .._atomic import atomic_write
 from ..codec import encode_record
+from ..jsonl._atomic import atomic_write
 
 __all__ = ["JsonlRead", "parse_jsonl", "read_json_object", "read_jsonl", "write_jsonl"]
 

@@ -11,9 +11,9 @@ from typing import Any, TypeVar, cast
 
 from ..aio import AsyncSessionStore
 from ..foreign.claude_code import DEFAULT_PREFIX
+from ..jsonl.store import SessionStore
 from ..location import resolve_root
 from ..protocol import SessionBackend
-from ..store import SessionStore
 
 _T = TypeVar("_T")
 

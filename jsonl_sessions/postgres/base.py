@@ -18,12 +18,13 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from .. import codec, ids, records, rows, sidecar
-from ..assign import assign_ids, replacement_record
+from .. import codec, ids, records, rows
+from ..arguments import check_options
 from ..dbfront import DatabaseFront
 from ..errors import SessionNotFoundError
+from ..ids import assign_ids, replacement_record
+from ..jsonl import sidecar
 from ..keys import validate_key
-from ..rules import check_options
 from ..sqlite.base import DEFAULT_MAX_MESSAGE_BYTES
 from ..types import ChatMessage, Durability, MessageLike, as_message
 from .db import Conn, Database, bigint_array, lit, quoted, text_array

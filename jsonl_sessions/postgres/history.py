@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .. import rows
+from ..arguments import check_window
 from ..dbfront import usable_id
 from ..errors import MessageNotFoundError, SessionNotFoundError
 from ..keys import validate_key
-from ..pagewalk import TURN_SEARCH_LINES, Item, Lines, Reading, page_back, page_forward
+from ..pagination import TURN_SEARCH_LINES, Item, Lines, Reading, page_back, page_forward
 from ..records import calls, decode_or_none
-from ..rules import check_window
 from ..types import ChatMessage, Page
 from .base import PostgresCore, SessionRow, nul_free
 from .db import Conn, lit

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .. import rows, sidecar
+from .. import rows
 from ..errors import CorruptMetadataError
+from ..jsonl import sidecar
 from ..sqlite.verify import KINDS as SQLITE_KINDS
 from ..sqlite.verify import Finding, VerifyReport, check_rows
 from .base import nul_back

@@ -15,14 +15,15 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .. import codec, ids, rows, sidecar
-from ..assign import assign_ids, replacement_record
+from .. import codec, ids, rows
+from ..arguments import check_options
 from ..dbfront import DatabaseFront
 from ..errors import (
     SessionNotFoundError,
 )
+from ..ids import assign_ids, replacement_record
+from ..jsonl import sidecar
 from ..keys import validate_key
-from ..rules import check_options
 from ..types import ChatMessage, Durability, MessageLike, as_message
 from .db import Database
 

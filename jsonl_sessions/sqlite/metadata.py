@@ -18,11 +18,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .. import records, rows, sidecar
+from .. import records, rows
+from ..arguments import check_number, check_query, check_text
 from ..compaction import CompactionReport
 from ..errors import CorruptMetadataError, SessionNotFoundError
+from ..jsonl import sidecar
 from ..keys import validate_key
-from ..rules import check_number, check_query, check_text
 from ..types import SessionMetadata, SessionQuery
 from .base import SessionRow, SqliteCore
 

@@ -43,8 +43,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _platform
-from ..control import RECORD_OFFSET
 from ..errors import SessionStoreError
+from ..jsonl.control import RECORD_OFFSET
 
 if TYPE_CHECKING:
     from typing_extensions import Self

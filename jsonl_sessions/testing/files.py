@@ -15,12 +15,12 @@ import os
 import stat
 from typing import Any
 
+from ..jsonl.layout import LOCK_SUFFIX as CONTROL
+from ..jsonl.layout import QUARANTINE_MARK, QUARANTINE_SUFFIX
+from ..jsonl.layout import SIDECAR_SUFFIX as SIDECAR
+from ..jsonl.layout import TMP_SUFFIX as TEMP_SUFFIX
+from ..jsonl.layout import TRANSCRIPT_SUFFIX as TRANSCRIPT
 from ..keys import key_to_stem
-from ..layout import LOCK_SUFFIX as CONTROL
-from ..layout import QUARANTINE_MARK, QUARANTINE_SUFFIX
-from ..layout import SIDECAR_SUFFIX as SIDECAR
-from ..layout import TMP_SUFFIX as TEMP_SUFFIX
-from ..layout import TRANSCRIPT_SUFFIX as TRANSCRIPT
 
 
 class JsonlFileDamage:

@@ -38,12 +38,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .. import codec, ids
-from ..assign import assign_ids
+from ..arguments import check_context, check_number, check_options, check_state, check_text
 from ..errors import InvalidArgumentError, InvalidMessageError, LockTimeoutError
+from ..ids import assign_ids
+from ..jsonl.store import DEFAULT_MAX_MESSAGE_BYTES
 from ..keys import validate_key
 from ..protocol import SessionBackend
-from ..rules import check_context, check_number, check_options, check_state, check_text
-from ..store import DEFAULT_MAX_MESSAGE_BYTES
 from ..types import (
     ChatMessage,
     Durability,
@@ -144,7 +144,7 @@ class MemorySessionStore:
     def _stored(self, key: str, messages: list[ChatMessage], previous: str | None,
                 existing: Iterable[str] = ()) -> list[ChatMessage]:
         """``messages`` with ids and times given by the store's rules
-        (:func:`jsonl_sessions.assign.assign_ids`), as a JSONL store would read them back.
+        (:func:`jsonl_sessions.ids.assign_ids`), as a JSONL store would read them back.
         :class:`SerializationError` for content JSON cannot hold,
         :class:`InvalidMessageError` for a line over ``max_message_bytes``."""
         out = []

@@ -8,7 +8,7 @@ semantics, fork, truncate, run state, attribution and search semantics exist her
 
 The model keeps **decided values**: a write is given messages that already carry their
 id and ``created_at`` and, for a new session, its creation time. A store chooses those
-(by the rules of :func:`jsonl_sessions.assign.assign_ids`); the state machine learns
+(by the rules of :func:`jsonl_sessions.ids.assign_ids`); the state machine learns
 them from the store under test, MemorySessionStore from its own clock. The model checks no keys and no
 message encoding (that is each store's job, pinned by the contract mixin); it raises the
 errors that depend on state: :class:`SessionNotFoundError`, :class:`SessionExistsError`,
@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from ..arguments import check_page_arguments, check_window
 from ..errors import (
     InvalidArgumentError,
     MessageNotFoundError,
     SessionExistsError,
     SessionNotFoundError,
 )
-from ..pagewalk import TURN_SEARCH_LINES
-from ..rules import check_page_arguments, check_window
+from ..pagination import TURN_SEARCH_LINES
 from ..types import ChatMessage, Page, SessionMetadata, SessionState
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -73,7 +73,7 @@ def page(msgs: list[ChatMessage], *, limit: int = 100, before: str | None = None
     it, likewise cut, extended forward over the tool results that follow.
 
     :raises MessageNotFoundError: a cursor that is not an id of ``msgs``.
-    :raises ValueError: see :func:`jsonl_sessions.rules.check_page_arguments`.
+    :raises ValueError: see :func:`jsonl_sessions.arguments.check_page_arguments`.
     """
     check_page_arguments(limit, before, after, ts_before)
     ids_ = [m.id for m in msgs]

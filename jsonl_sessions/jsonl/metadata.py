@@ -5,7 +5,7 @@ names. Rules shared by everything here:
 
 - **Setters** never create a session (:class:`SessionNotFoundError` on a missing one);
   each takes the session's guard, reads the sidecar, changes it and replaces it
-  atomically (:func:`jsonl_sessions.messages.update_sidecar`). An unreadable sidecar
+  atomically (:func:`jsonl_sessions.jsonl.messages.update_sidecar`). An unreadable sidecar
   (:class:`CorruptMetadataError`) is never overwritten.
 - **Getters** take no lock. The sidecar is always read whole (it is replaced by rename),
   but it and the transcript's stats are two reads, not one snapshot.
@@ -20,14 +20,16 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from . import _platform, sidecar, snapshot
+from .. import _platform
+from ..arguments import check_number, check_state, check_text
+from ..errors import CorruptMetadataError, SessionStoreError
+from ..types import SessionMetadata, SessionState
+from . import reads as snapshot
+from . import sidecar
 from .control import peek_head, read_head
-from .errors import CorruptMetadataError, SessionStoreError
 from .layout import SessionFiles, read_sidecar, scan
 from .messages import delete, log, update_sidecar
-from .rules import check_number, check_state, check_text
 from .txn import Root, mutate
-from .types import SessionMetadata, SessionState
 
 
 class Look(NamedTuple):
@@ -143,7 +145,7 @@ def cached_count(files: SessionFiles, st: os.stat_result, *, seen: bool = False)
     visible end, a removal): then the full consistent count applies. A cache entry is
     written under the guard for the state it names, so a match is that file's count.
     ``seen``: a directory scan just saw the control file as a regular file
-    (:func:`jsonl_sessions.control.peek_head`: no ``fstat``, no ``fcntl``)."""
+    (:func:`jsonl_sessions.jsonl.control.peek_head`: no ``fstat``, no ``fcntl``)."""
     head = peek_head(files.lock, key=files.key) if seen else read_head(files.lock, key=files.key)
     cache = head.cache
     if (head.seq & 1 or head.pending or head.visible is not None or head.retired or cache is None

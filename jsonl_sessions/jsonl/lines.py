@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Literal, NamedTuple
 
-from . import _platform, codec
+from .. import _platform, codec
 
 BOM = b"\xef\xbb\xbf"
 #: Bytes of the first read at the end of a file (most lines are shorter).

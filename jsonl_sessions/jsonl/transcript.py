@@ -1,5 +1,5 @@
 """Parsing transcript bytes into messages, strict or lenient (byte-level line work is in
-:mod:`jsonl_sessions.lines`).
+:mod:`jsonl_sessions.jsonl.lines`).
 
 Rules (see docs/format.md):
 
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from io import BytesIO
 from typing import Any
 
-from .codec import JSONDecodeError, all_complete, decode_record, loads
-from .errors import CorruptTranscriptError
+from ..codec import JSONDecodeError, all_complete, decode_record, loads
+from ..errors import CorruptTranscriptError
+from ..types import ChatMessage, from_record
 from .lines import BOM, CHUNK_BYTES, iter_blocks
-from .types import ChatMessage, from_record
 
 log = logging.getLogger("jsonl_sessions")
 

@@ -1,11 +1,11 @@
 """SessionStore: the crash-safe JSONL session store (the public facade).
 
 Each method checks its arguments and hands the work to the module that owns it:
-:mod:`~jsonl_sessions.messages` (load, append, change the end, replace, delete),
-:mod:`~jsonl_sessions.history` and :mod:`~jsonl_sessions.paging` (ids, windows, pages,
-fork, revert), :mod:`~jsonl_sessions.metadata` and :mod:`~jsonl_sessions.search`,
-:mod:`~jsonl_sessions.maintenance` (compact, cleanup). Mutations run inside
-:func:`jsonl_sessions.txn.mutate`, lock-free reads inside :mod:`jsonl_sessions.snapshot`;
+:mod:`~jsonl_sessions.jsonl.messages` (load, append, change the end, replace, delete),
+:mod:`~jsonl_sessions.jsonl.history` and :mod:`~jsonl_sessions.jsonl.paging` (ids, windows, pages,
+fork, revert), :mod:`~jsonl_sessions.jsonl.metadata` and :mod:`~jsonl_sessions.jsonl.search`,
+:mod:`~jsonl_sessions.jsonl.maintenance` (compact, cleanup). Mutations run inside
+:func:`jsonl_sessions.jsonl.txn.mutate`, lock-free reads inside :mod:`jsonl_sessions.jsonl.reads`;
 docs/format.md has the bytes.
 
 Guarantees:
@@ -32,15 +32,11 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from . import _platform, group, history, maintenance, metadata, paging, prune, search, sidecar, warm
-from . import messages as ops
-from .compaction import CompactionReport
-from .ids import now_ms
-from .layout import SessionFiles, list_keys
-from .locks import REGISTRY, SessionGuard
-from .rules import check_context, check_options, check_text
-from .txn import Root, acquire
-from .types import (
+from .. import _platform
+from ..arguments import check_context, check_options, check_text
+from ..compaction import CompactionReport
+from ..ids import now_ms
+from ..types import (
     ChatMessage,
     Durability,
     MessageLike,
@@ -52,6 +48,13 @@ from .types import (
     as_message,
     datetime_of_ms,
 )
+from . import append as warm
+from . import group_commit as group
+from . import history, maintenance, metadata, paging, prune, search, sidecar
+from . import messages as ops
+from .guard import REGISTRY, SessionGuard
+from .layout import SessionFiles, list_keys
+from .txn import Root, acquire
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -174,7 +177,7 @@ class SessionStore:
         """The recorded breadcrumb flag; None when the session is missing or never set it.
         Takes no lock, yet never pairs a new transcript with an old flag: the renames of
         a replace happen with the control file's counter odd, and a committed but
-        unfinished replace is completed first (see :mod:`jsonl_sessions.snapshot`)."""
+        unfinished replace is completed first (see :mod:`jsonl_sessions.jsonl.reads`)."""
         return ops.get_trim_breadcrumb(self._root, self._files(key))
 
     # -- appending ---------------------------------------------------------------------------
@@ -484,7 +487,7 @@ class SessionStore:
         first), so a crash half-way leaves the whole session or nothing that lists as one.
         Also removes orphan sidecars (left by a delete or create that crashed half-way)
         older than the TTL, then the lock files of sessions that no longer exist (each
-        under its guard, re-checked; see :func:`jsonl_sessions.prune.prune_locks`); they
+        under its guard, re-checked; see :func:`jsonl_sessions.jsonl.prune.prune_locks`); they
         are not counted. A transcript whose ``lstat`` fails with an I/O error is never
         taken for a missing one: the sweep raises that ``OSError`` (what it deleted before
         stays deleted). Cost: O(sessions) stats and sidecar reads."""
@@ -523,14 +526,14 @@ def compaction_report(store: SessionStore, key: str, *, repair: bool = False) ->
 def prune_report(store: SessionStore, *, orphans: bool = True) -> prune.PruneReport:
     """Remove the lock files of sessions that no longer exist (with ``orphans``, first the
     sidecars without a transcript and the temp files they left), each under its session's
-    guard, skipping busy ones; what was removed. See :func:`jsonl_sessions.prune.prune_locks`."""
+    guard, skipping busy ones; what was removed. See :func:`jsonl_sessions.jsonl.prune.prune_locks`."""
     return prune.prune_locks(store._root, orphans=orphans)
 
 
 def clear_leftovers(store: SessionStore, stem: str) -> list[str]:
     """Remove the temp files and a transcript-less sidecar of the session with file stem
     ``stem``, under its guard (waiting up to the store's ``lock_timeout``; recovery runs
-    first); the paths removed. See :func:`jsonl_sessions.prune.clear_leftovers`."""
+    first); the paths removed. See :func:`jsonl_sessions.jsonl.prune.clear_leftovers`."""
     return prune.clear_leftovers(store._root, stem, store._root.lock_timeout)
 
 

@@ -4,7 +4,7 @@ It holds what is not a message: the original key (needed to list a session whose
 was too long for its file name), the format version, and the session's metadata
 (docs/format.md, "Sidecar", lists every field). Unknown fields are kept when the store
 rewrites it, so a newer writer's fields survive an older one. Reading the file is
-:func:`jsonl_sessions.layout.read_sidecar`. It is always replaced atomically under the
+:func:`jsonl_sessions.jsonl.layout.read_sidecar`. It is always replaced atomically under the
 session's guard, and written *before* a new
 transcript appears, so an existing transcript always has its key on disk.
 The transcript, not the sidecar, is the truth about messages.
@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from .errors import CorruptMetadataError
-from .types import SESSION_STATES, SessionMetadata, SessionState
+from ..errors import CorruptMetadataError
+from ..types import SESSION_STATES, SessionMetadata, SessionState
 
 FORMAT_VERSION = 1
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

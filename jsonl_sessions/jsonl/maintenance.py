@@ -15,14 +15,15 @@ import stat
 import time
 from dataclasses import dataclass
 
-from . import _platform, prune, quarantine
-from .compaction import CompactionReport, plan_compaction
+from .. import _platform
+from ..arguments import check_number
+from ..compaction import CompactionReport, plan_compaction
+from ..errors import CorruptTranscriptError, LockTimeoutError, SessionNotFoundError, UnsafePathError
+from . import prune, quarantine
 from .control import read_head
-from .errors import CorruptTranscriptError, LockTimeoutError, SessionNotFoundError, UnsafePathError
 from .layout import SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, SessionFiles, classify, key_of_stem
 from .messages import delete
 from .metadata import Look, look, looks
-from .rules import check_number
 from .txn import Root, Tx, mutate
 
 
@@ -73,7 +74,7 @@ def cleanup_stale(root: Root, ttl_hours: float) -> CleanupReport:
     :meth:`jsonl_sessions.SessionStore.cleanup_stale`), each under its guard after
     checking again; skips running, unreadable and busy sessions. Also removes orphan
     sidecars older than the TTL, then the lock files of sessions that no longer exist
-    (:func:`jsonl_sessions.prune.prune_locks`)."""
+    (:func:`jsonl_sessions.jsonl.prune.prune_locks`)."""
     cutoff = time.time_ns() - int(check_number("ttl_hours", ttl_hours) * 3600e9)
 
     def stale(found: Look | None) -> bool:

@@ -1,20 +1,20 @@
 """The lean path of the most common write: one message appended to a warm session.
 
 "Warm" means this process kept the transcript open since its own last mutation
-(:class:`~jsonl_sessions.locks.TranscriptView`) and nothing has happened since: the
+(:class:`~jsonl_sessions.jsonl.guard.TranscriptView`) and nothing has happened since: the
 guard is taken first (no reentry), the control file holds no roll-forward record and an
 even counter, one ``lstat`` of the path shows the same regular file with the size, mtime
 and counter the view recorded, the view's tail is known, is not torn and its last line
 starts the way the store writes ids, and no group commit is waiting. Then the append is
-the same work as :func:`jsonl_sessions.messages.append_many` does (same id rule, same
+the same work as :func:`jsonl_sessions.jsonl.messages.append_many` does (same id rule, same
 encoding and limits, one write after the committed bytes, count cache and view kept
 current), without the general machinery's wrappers.
 
 Anything else (a cold or changed session, a message with its own id, recovery work, a
-nested guard) takes the general path before a byte is written. A failing write is undone as by :meth:`jsonl_sessions.txn.Tx.append` (counter odd,
+nested guard) takes the general path before a byte is written. A failing write is undone as by :meth:`jsonl_sessions.jsonl.txn.Tx.append` (counter odd,
 truncate to the committed size, counter even, descriptor closed): an unacknowledged line
 never appears later. Only ``"flush"`` mode: durable appends go through
-:mod:`jsonl_sessions.group`.
+:mod:`jsonl_sessions.jsonl.group_commit`.
 
 System calls of a warm append: flock, pread of the control file, lstat, write, fstat,
 pwrite of the count cache (when the cache matched), unlock.
@@ -25,19 +25,19 @@ from __future__ import annotations
 import contextlib
 import stat
 
-from . import _platform, codec, ids
+from .. import _platform, codec, ids
+from ..types import ChatMessage
+from .guard import REGISTRY, GuardClosed, SessionGuard, TranscriptView
 from .layout import SessionFiles
 from .lines import Tail
-from .locks import REGISTRY, GuardClosed, SessionGuard, TranscriptView
 from .messages import append_many
 from .txn import DEFAULT, Root, enter
-from .types import ChatMessage
 
 
 def append(root: Root, files: SessionFiles, message: ChatMessage) -> str:
     """Append ``message`` in ``"flush"`` mode and return its id: the lean way when the
     session is in the plain warm state, else (still under the guard taken here, so the
-    control file is read once) :func:`jsonl_sessions.messages.append_many`. Raises what
+    control file is read once) :func:`jsonl_sessions.jsonl.messages.append_many`. Raises what
     :meth:`jsonl_sessions.SessionStore.append` raises. Cost: O(1)."""
     guard = REGISTRY.get(files.lock)
     if guard.view is None or message.id or guard.pending or guard.leading:

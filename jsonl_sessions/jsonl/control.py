@@ -11,7 +11,7 @@ the roll-forward record, empty or one JSON object and ``\\n``.
 Records are typed values (:class:`AppendBatch`, :class:`TailRewrite`, :class:`Moves`)
 that encode, parse and validate themselves and know how to complete themselves
 (:meth:`apply`, used by recovery and by the mutation that wrote them). The guard that
-owns the file while a mutation runs is :mod:`jsonl_sessions.locks`; everything here that
+owns the file while a mutation runs is :mod:`jsonl_sessions.jsonl.guard`; everything here that
 writes takes that guard as its first argument and is called while it is held.
 """
 
@@ -26,13 +26,13 @@ from typing import Any, ClassVar, NamedTuple, Protocol
 
 import orjson
 
-from . import _platform
-from .errors import CorruptControlError, UnsafePathError
+from .. import _platform
+from ..errors import CorruptControlError, UnsafePathError
 from .layout import SessionFiles, open_regular
 
 VISIBLE_OFFSET = 0
 #: Bytes 0-7 of a lock file its remover unlinked while holding its flock (see
-#: :meth:`jsonl_sessions.locks.SessionGuard.retire`): whoever locks that file afterwards
+#: :meth:`jsonl_sessions.jsonl.guard.SessionGuard.retire`): whoever locks that file afterwards
 #: opens the path again instead of using it. Checked before the visible end, which it
 #: can never be taken for (as a number it is about 7e17, beyond any transcript's size).
 RETIRED = b"RETIRED\n"
@@ -172,7 +172,7 @@ def peek_head(path: str, key: str | None = None) -> Head:
 
 # -- the guard's side of the file -------------------------------------------------------
 class Holder(Protocol):
-    """What the primitives here need of a held guard (:class:`jsonl_sessions.locks.SessionGuard`)."""
+    """What the primitives here need of a held guard (:class:`jsonl_sessions.jsonl.guard.SessionGuard`)."""
 
     seq: int
 

@@ -10,15 +10,17 @@ any other line is decoded and checked exactly. Takes no lock (each read is a con
 
 from __future__ import annotations
 
-from . import records, sidecar, snapshot
-from .errors import SessionStoreError
+from .. import records
+from ..arguments import check_query
+from ..errors import SessionStoreError
+from ..types import SessionMetadata, SessionQuery
+from . import reads as snapshot
+from . import sidecar
 from .layout import SessionFiles
 from .lines import BOM, iter_blocks
 from .messages import log
 from .metadata import Look, listed, looks
-from .rules import check_query
 from .txn import Root
-from .types import SessionMetadata, SessionQuery
 
 
 def search(root: Root, query: SessionQuery) -> list[SessionMetadata]:

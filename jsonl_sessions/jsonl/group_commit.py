@@ -1,7 +1,7 @@
 """Group commit: threads of one process appending to one session share a write and an fsync.
 
 A thread appending one message queues it on the session's guard
-(:attr:`~jsonl_sessions.locks.SessionGuard.pending`). If no thread of the process is
+(:attr:`~jsonl_sessions.jsonl.guard.SessionGuard.pending`). If no thread of the process is
 writing queued appends, it becomes the *writer*: it takes the guard, drains the queue,
 gives every queued message its id in queue order, encodes each (a message that fails
 validation or encoding fails only its own caller), writes all their lines in ONE write,
@@ -29,14 +29,14 @@ import os
 import time
 from typing import Literal
 
-from . import codec
-from .assign import assign_ids
-from .errors import LockTimeoutError, SessionStoreError
+from .. import codec
+from ..errors import LockTimeoutError, SessionStoreError
+from ..ids import assign_ids
+from ..types import ChatMessage
+from .guard import REGISTRY, GuardClosed, SessionGuard
 from .layout import SessionFiles
-from .locks import REGISTRY, GuardClosed, SessionGuard
 from .messages import append_many, has_id, last_id
 from .txn import DEFAULT, Root, Tx, enter
-from .types import ChatMessage
 
 
 class Pending:

@@ -5,7 +5,7 @@ For a session whose key encodes to ``<stem>`` (:func:`jsonl_sessions.keys.key_to
 
 - ``<stem>.jsonl``      the transcript (its existence is the session's existence);
 - ``<stem>.meta.json``  the sidecar;
-- ``<stem>.lock``       the lock / control file (unlinked only once the session is gone: :mod:`jsonl_sessions.prune`);
+- ``<stem>.lock``       the lock / control file (unlinked only once the session is gone: :mod:`jsonl_sessions.jsonl.prune`);
 - ``.<stem>.jsonl.tmp``, ``.<stem>.meta.json.tmp``  temp files of atomic replaces;
 - ``<stem>.quarantine-<UTC time>[-n].jsonl.bak``  original bytes saved by a repair, or a torn tail saved before a cut.
 
@@ -21,9 +21,10 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
-from . import _platform, sidecar
-from .errors import CorruptMetadataError, SessionStoreError, UnsafePathError
-from .keys import hashed_stem_matches, is_hashed, key_to_stem, stem_to_key
+from .. import _platform
+from ..errors import CorruptMetadataError, SessionStoreError, UnsafePathError
+from ..keys import hashed_stem_matches, is_hashed, key_to_stem, stem_to_key
+from . import sidecar
 
 TRANSCRIPT_SUFFIX = ".jsonl"
 SIDECAR_SUFFIX = ".meta.json"

@@ -9,13 +9,13 @@ count cache current:
 
 - :meth:`Tx.append`: one write after the committed bytes (a torn tail cut first, its
   bytes saved to a quarantine file: :meth:`Tx.save_torn`); a
-  batch of several lines is journaled (:class:`~jsonl_sessions.control.AppendBatch`);
+  batch of several lines is journaled (:class:`~jsonl_sessions.jsonl.control.AppendBatch`);
   rolled back on error, so an unacknowledged line never appears later;
 - :meth:`Tx.truncate_to`: one ``ftruncate`` at a line boundary;
-- :meth:`Tx.rewrite_tail`: journaled (:class:`~jsonl_sessions.control.TailRewrite`);
+- :meth:`Tx.rewrite_tail`: journaled (:class:`~jsonl_sessions.jsonl.control.TailRewrite`);
 - :meth:`Tx.install` / :meth:`Tx.create`: temp file, fsync, rename, directory fsync;
 - :meth:`Tx.move_together`: transcript and sidecar replaced as one unit (journaled
-  :class:`~jsonl_sessions.control.Moves`);
+  :class:`~jsonl_sessions.jsonl.control.Moves`);
 - :meth:`Tx.write_sidecar`, :meth:`Tx.delete`.
 
 A primitive that fails past its commit point (the record is on disk) settles: it tries
@@ -25,7 +25,7 @@ fsync after create / rename / unlink); ``"flush"`` skips every fsync.
 
 The transcript is opened for writing in one place, :meth:`Tx.open`. The descriptor is
 kept open on the guard after a successful mutation (a
-:class:`~jsonl_sessions.locks.TranscriptView`) and reused by the next one when one
+:class:`~jsonl_sessions.jsonl.guard.TranscriptView`) and reused by the next one when one
 ``lstat`` of the path shows the same inode: a warm append makes no ``open`` and, when
 size, mtime and counter are also as the view left them, no tail read.
 """
@@ -41,14 +41,15 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
-from . import _platform, quarantine, sidecar
+from .. import _platform
+from ..errors import SessionStoreError
+from ..types import Durability
+from . import quarantine, sidecar
 from ._atomic import atomic_write, unlink_quietly, write_temp
 from .control import AppendBatch, Moves, Record, TailRewrite, cut, parse_record, rename_over
-from .errors import SessionStoreError
+from .guard import REGISTRY, GuardClosed, SessionGuard, TranscriptView
 from .layout import SessionFiles
 from .lines import BOM, Tail, read_tail
-from .locks import REGISTRY, GuardClosed, SessionGuard, TranscriptView
-from .types import Durability
 
 log = logging.getLogger("jsonl_sessions")
 #: ``timeout`` meaning "the store's lock_timeout".

@@ -11,7 +11,7 @@ removes both under one), but callers choose whether to remove it now
 (:func:`clear_leftovers`, ``prune_locks(orphans=True)``) or leave it to its TTL
 (``cleanup_stale``).
 
-A lock file is removed last, by :meth:`jsonl_sessions.locks.SessionGuard.retire`: marked
+A lock file is removed last, by :meth:`jsonl_sessions.jsonl.guard.SessionGuard.retire`: marked
 retired and unlinked while its flock is held, so a process that still has it open and
 locks it later opens the path again instead (docs/format.md, "Lock / control file").
 """
@@ -22,11 +22,11 @@ import os
 import re
 from dataclasses import dataclass
 
-from . import _platform
+from .. import _platform
+from ..errors import SessionStoreError
 from ._atomic import unlink_quietly
-from .errors import SessionStoreError
+from .guard import SessionGuard
 from .layout import SessionFiles, classify, key_of_stem
-from .locks import SessionGuard
 from .txn import Root, acquire
 
 _HASHED = re.compile(r"~[0-9a-f]{32}$")
@@ -119,7 +119,7 @@ def prune_locks(root: Root, *, orphans: bool) -> PruneReport:
     transcript nor sidecar exists; with ``orphans``, first remove a sidecar that has no
     transcript (and temp files, always). Lock files of live sessions, files the store does
     not make and quarantine files are never touched. Safe against every other process
-    using the store (see :meth:`jsonl_sessions.locks.SessionGuard.retire`); processes of
+    using the store (see :meth:`jsonl_sessions.jsonl.guard.SessionGuard.retire`); processes of
     a version that does not know the retired mark must not use the store meanwhile.
     Cost: one directory listing, and for each candidate a guard, a few ``lstat`` and an
     unlink; the directory is fsynced once at the end in fsync mode."""

@@ -8,22 +8,22 @@ backoff (0.1 ms doubling to 5 ms) until ``lock_timeout``, then raises
 :class:`LockTimeoutError` naming the session and, on Linux, the holder's pid.
 
 A lock file is unlinked only by :meth:`SessionGuard.retire` (lock files of sessions that
-no longer exist, :mod:`jsonl_sessions.prune`): while holding its flock, the remover writes
-:data:`~jsonl_sessions.control.RETIRED` into bytes 0-7, unlinks the path, and lets go of
+no longer exist, :mod:`jsonl_sessions.jsonl.prune`): while holding its flock, the remover writes
+:data:`~jsonl_sessions.jsonl.control.RETIRED` into bytes 0-7, unlinks the path, and lets go of
 the file. Anyone who still has the old file open and locks it afterwards reads the mark
 in the head read that follows every flock, compares ``fstat`` of its descriptor with
 ``lstat`` of the path, and opens the path again when they differ. So no holder ever keeps
 a lock on an unlinked file while another process locks the new file of that name, and
 the common path pays nothing for it (the head is read anyway).
 
-The lock file is also the session's *control file* (:mod:`jsonl_sessions.control`):
+The lock file is also the session's *control file* (:mod:`jsonl_sessions.jsonl.control`):
 while held, the guard keeps the counter, the count cache and the roll-forward record it
 read when it was taken, and writes them.
 
 Between mutations a guard may keep the transcript open (a :class:`TranscriptView`: the
 descriptor and what the file looked like when the last mutation ended), so the next
 mutation in this process skips the open and the tail read when one ``lstat`` shows the
-same file (see :meth:`jsonl_sessions.txn.Tx.open`). At most :data:`MAX_VIEWS` are kept
+same file (see :meth:`jsonl_sessions.jsonl.txn.Tx.open`). At most :data:`MAX_VIEWS` are kept
 open in a process; they are closed on delete, on eviction, by ``SessionStore.close()``
 and in a forked child.
 
@@ -42,7 +42,8 @@ import threading
 import time
 from typing import Any, NamedTuple
 
-from . import _platform
+from .. import _platform
+from ..errors import LockTimeoutError
 from .control import (
     COUNT,
     COUNT_OFFSET,
@@ -56,7 +57,6 @@ from .control import (
     encode_record,
     read_control,
 )
-from .errors import LockTimeoutError
 from .layout import open_regular
 from .lines import Tail
 
@@ -134,7 +134,7 @@ class SessionGuard:
         self._owner = 0
         #: Whether the lock file was unlinked under this hold (:meth:`retire`).
         self._retired = False
-        #: Group commit (:mod:`jsonl_sessions.group`): appends queued for the next writer,
+        #: Group commit (:mod:`jsonl_sessions.jsonl.group_commit`): appends queued for the next writer,
         #: whether a thread is writing queued appends now, and the condition both change
         #: under.
         self.pending: list[Any] = []
@@ -251,7 +251,7 @@ class SessionGuard:
     def retire(self) -> None:
         """Unlink the lock file, which the caller holds (taken first: depth 1) and has
         checked to belong to a session that no longer exists: bytes 0-7 become
-        :data:`~jsonl_sessions.control.RETIRED`, then the path is unlinked; the file is
+        :data:`~jsonl_sessions.jsonl.control.RETIRED`, then the path is unlinked; the file is
         closed (its flock released) at :meth:`release`, and the next acquire opens the
         path afresh. Every other holder of a descriptor of the old file sees the mark when
         it next locks it and opens the path again. Raises ``OSError`` (the mark cleared

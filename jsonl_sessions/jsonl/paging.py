@@ -1,11 +1,11 @@
 """Pages of a session's messages for scrolling (:meth:`jsonl_sessions.SessionStore.page`).
 
 A page is read backwards from the end (or from a cursor found by binary search,
-:func:`jsonl_sessions.lines.find_line`) or forwards after a cursor; only the page's lines
+:func:`jsonl_sessions.jsonl.lines.find_line`) or forwards after a cursor; only the page's lines
 (and one more, for ``has_more``) are parsed. The usual backward page without a filter is
 found by counting newlines and parsed in one go. Lenient: a corrupt line is skipped with
 one logged warning per call (it does not count towards ``limit``). Takes no lock: the
-read runs inside :func:`jsonl_sessions.snapshot.with_transcript`.
+read runs inside :func:`jsonl_sessions.jsonl.reads.with_transcript`.
 """
 
 from __future__ import annotations
@@ -13,16 +13,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
-from . import _platform, snapshot
-from .errors import MessageNotFoundError, SessionNotFoundError
+from .. import _platform
+from ..arguments import check_page_arguments
+from ..errors import MessageNotFoundError, SessionNotFoundError
+from ..pagination import TURN_SEARCH_LINES, Lines, Reading, page_back, page_forward
+from ..records import calls, decode_or_none
+from ..types import Page
+from . import reads as snapshot
 from .layout import SessionFiles
 from .lines import BOM, find_line, iter_lines_backward, iter_lines_forward, read_tail, skip_backward, starts_file
-from .pagewalk import TURN_SEARCH_LINES, Lines, Reading, page_back, page_forward
-from .records import calls, decode_or_none
-from .rules import check_page_arguments
 from .transcript import parse
 from .txn import Root
-from .types import Page
 
 log = logging.getLogger("jsonl_sessions")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from . import _platform
+from .. import _platform
 from .layout import SessionFiles
 from .sidecar import EPOCH, from_ms
 

@@ -8,7 +8,7 @@ import contextlib
 import os
 from collections.abc import Iterable
 
-from . import _platform
+from .. import _platform
 
 _BATCH = 1 << 20
 

@@ -3,10 +3,10 @@
 The contracts are those of the :class:`jsonl_sessions.SessionStore` methods of the same
 names. What makes them cheap is the format: ids strictly increase down the transcript
 and every line starts with its id, so a message is found by binary search over byte
-offsets (:func:`jsonl_sessions.lines.find_line`), and a window near the end skips lines
+offsets (:func:`jsonl_sessions.jsonl.lines.find_line`), and a window near the end skips lines
 by counting newlines backwards. No index file exists to go stale. Reads take no lock
-(:mod:`jsonl_sessions.snapshot`); fork and revert run under the guard
-(:func:`jsonl_sessions.txn.mutate`).
+(:mod:`jsonl_sessions.jsonl.reads`); fork and revert run under the guard
+(:func:`jsonl_sessions.jsonl.txn.mutate`).
 """
 
 from __future__ import annotations
@@ -14,15 +14,17 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from . import _platform, codec, sidecar, snapshot
-from .errors import CorruptTranscriptError, MessageNotFoundError, SessionExistsError, SessionNotFoundError
+from .. import _platform, codec
+from ..arguments import check_window
+from ..errors import CorruptTranscriptError, MessageNotFoundError, SessionExistsError, SessionNotFoundError
+from ..types import ChatMessage
+from . import reads as snapshot
+from . import sidecar
 from .layout import SessionFiles
 from .lines import BOM, copy_chunks, find_line, line_number_of, read_tail, skip_backward, skip_forward
 from .messages import last_id
-from .rules import check_window
 from .transcript import BadLine, parse, warn_bad
 from .txn import Root, Tx, mutate
-from .types import ChatMessage
 
 #: How often a window read retries when the file keeps changing under it before it
 #: counts forwards (which needs no count).

@@ -1,10 +1,10 @@
 """The transcript operations of a store: load, append, change the end, replace, clear, delete.
 
-Each function takes the store's :class:`~jsonl_sessions.txn.Root` and the session's
-:class:`~jsonl_sessions.layout.SessionFiles`; the contracts (errors, atomicity, cost)
+Each function takes the store's :class:`~jsonl_sessions.jsonl.txn.Root` and the session's
+:class:`~jsonl_sessions.jsonl.layout.SessionFiles`; the contracts (errors, atomicity, cost)
 are those of the :class:`jsonl_sessions.SessionStore` methods of the same names.
-Mutations are a few lines on top of :func:`jsonl_sessions.txn.mutate`; reads go
-through :mod:`jsonl_sessions.snapshot` and take no lock.
+Mutations are a few lines on top of :func:`jsonl_sessions.jsonl.txn.mutate`; reads go
+through :mod:`jsonl_sessions.jsonl.reads` and take no lock.
 """
 
 from __future__ import annotations
@@ -13,14 +13,16 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from . import codec, sidecar, snapshot
-from .assign import assign_ids, replacement_record
-from .errors import CorruptTranscriptError, SessionNotFoundError, UnsafePathError
+from .. import codec
+from ..errors import CorruptTranscriptError, SessionNotFoundError, UnsafePathError
+from ..ids import assign_ids, replacement_record
+from ..types import ChatMessage
+from . import reads as snapshot
+from . import sidecar
 from .layout import SessionFiles
 from .lines import Tail, iter_lines_backward, line_number_of
 from .transcript import parse, parse_file, warn_bad
 from .txn import Root, Tx, mutate
-from .types import ChatMessage
 
 log = logging.getLogger("jsonl_sessions")
 

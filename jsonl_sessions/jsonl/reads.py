@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from . import _platform
+from .. import _platform
+from ..errors import SessionStoreError
 from .control import Head, read_head
-from .errors import SessionStoreError
 from .layout import SessionFiles
 from .lines import count_newlines
 from .txn import Root, acquire, try_recover

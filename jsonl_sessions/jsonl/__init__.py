@@ -1,0 +1,1 @@
+"""The JSONL backend: each session a transcript file plus a sidecar, in one directory."""
