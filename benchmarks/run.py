@@ -33,6 +33,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python benchmarks/run.py`: import the package from this checkout
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import baseline as older
 from benchmarks import sqlite_backend as backend
 from benchmarks.concurrency import concurrency_goals, run_concurrency
 from benchmarks.environ import environment, header_lines, load_average
@@ -97,10 +98,13 @@ QUICK = Sizes(append_flush=600, append_fsync=100, batches_flush=30, batches_fsyn
 class Bench:
     """Runs the benchmark groups in fresh subdirectories of one temp dir."""
 
-    def __init__(self, base: str, sizes: Sizes, progress: Callable[[str], None]) -> None:
+    def __init__(self, base: str, sizes: Sizes, progress: Callable[[str], None],
+                 baseline: Any = None, baseline_rev: str | None = None) -> None:
         self.base = base
         self.sizes = sizes
         self.progress = progress
+        self.baseline = baseline  # an older version of the package (benchmarks.baseline), or None
+        self.baseline_rev = baseline_rev
         self.factory = MessageFactory()
         self._closers: list[Callable[[], object]] = []
 
@@ -182,6 +186,9 @@ class Bench:
             "sqlite_wal_" + ("normal" if flush else "full"): lambda i: peer.append(key, pool[i % size]),
             backend.ROW: lambda i: db.append(key, pool[i % size]),
         }
+        if self.baseline is not None:
+            old = self.baseline.SessionStore(os.path.join(d, "baseline"), durability=mode)
+            ops["baseline"] = lambda i: old.append(key, pool[i % size])
         if flush:
             intpk = self.sqlite(os.path.join(d, "intpk.sqlite"), "NORMAL", schema="intpk")
             ops["sqlite_intpk_normal"] = lambda i: intpk.append_intpk(key, pool[i % size])
@@ -199,6 +206,8 @@ class Bench:
                 samples[f"sqlite_wal_{sync.lower()}"]),
             Row(backend.ROW, backend.label("append", mode), samples[backend.ROW]),
         ]
+        if self.baseline is not None:
+            rows.append(Row("baseline", f"the same, the package at {self.baseline_rev}", samples["baseline"]))
         if flush:
             rows.append(Row("sqlite_intpk_normal", "sqlite3 WAL sync=NORMAL autocommit, INTEGER PRIMARY KEY + record",
                             samples["sqlite_intpk_normal"]))
@@ -314,6 +323,10 @@ class Bench:
             "sqlite_wal_full": lambda: peer.rewrite(key, records),
             backend.ROW: lambda: db.rewrite_messages(key, messages),
         }
+        if self.baseline is not None:
+            old = self.baseline.SessionStore(os.path.join(d, "baseline"), durability="fsync")
+            old_messages = [self.baseline.ChatMessage.from_dict(m.to_dict()) for m in messages]
+            ops["baseline"] = lambda: old.rewrite_messages(key, old_messages)
         samples = repeated(ops, reps=self.sizes.rewrite_reps)
         if store.try_load(key) != messages:
             raise RuntimeError("rewrite benchmark: the transcript changed")
@@ -324,6 +337,8 @@ class Bench:
                 samples["sqlite_wal_full"]),
             Row(backend.ROW, backend.label("rewrite_messages", "fsync"), samples[backend.ROW]),
         ]
+        if self.baseline is not None:
+            rows.append(Row("baseline", f"the same, the package at {self.baseline_rev}", samples["baseline"]))
         return Group("rewrite_fsync", f"rewrite_messages of {n:,} messages ({len(data) / 1e6:.1f} MB)",
                      f"per rewrite, {self.sizes.rewrite_reps} reps", rows).finish()
 
@@ -451,6 +466,15 @@ def goals(groups: Sequence[Group], sizes: Sizes) -> list[Target]:
                "one write+fsync of the same bytes", "ours / floor",
                ratio("append_many_fsync", "jsonl_sessions", "floor"), "<= 1.5"),
     ]
+    # With --baseline-rev: the same ratios for the older package, measured in this same run.
+    before = {"durable_append": ("append_fsync", "floor", "baseline"),
+              "flush_append": ("append_flush", "sqlite_intpk_normal", "baseline"),
+              "rewrite": ("rewrite_fsync", "baseline", "floor")}
+    for target in list(out):
+        if target.id in before and any(r.impl == "baseline" for r in by_id[before[target.id][0]].rows):
+            gid, num, den = before[target.id]
+            out.append(Target(f"{target.id}_baseline", f"{target.text} [baseline version]", target.measure,
+                              ratio(gid, num, den), target.need))
     out += concurrency_goals(groups)
     for mode in ("flush", "fsync"):
         out.append(Target(f"remove_last_{mode}", f'remove_last independent of session size ("{mode}")',
@@ -469,6 +493,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="make the temp dir inside DIR (default: the system temp dir); it decides the file system")
     p.add_argument("--json", metavar="PATH", default=None, help="also write the results as JSON to PATH")
     p.add_argument("--markdown", action="store_true", help="also print a README-ready Markdown table")
+    p.add_argument("--baseline-rev", metavar="REV", default=None,
+                   help="also measure append and rewrite_messages of the package as it was at git revision REV, "
+                   "taking turns with this checkout's, and print its ratios next to the goals")
     p.add_argument("--label", metavar="TEXT", default=None,
                    help='a note printed first in the header, e.g. "loaded machine: other jobs running"')
     args = p.parse_args(argv)
@@ -491,7 +518,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     try:
         env = environment(base, args.label)
-        groups = Bench(base, sizes, progress).run_all()
+        old = older.load(args.baseline_rev, base) if args.baseline_rev else None
+        groups = Bench(base, sizes, progress, old, args.baseline_rev).run_all()
     finally:
         shutil.rmtree(base, ignore_errors=True)
     elapsed = time.monotonic() - started

@@ -144,3 +144,27 @@ def test_scale_benchmarks_run_and_report_every_goal(tmp_path: pathlib.Path, caps
     for goal in data["goals"]:
         assert goal["text"] in out
     assert list(work.iterdir()) == []  # temp dir removed
+
+
+def test_a_baseline_revision_is_measured_in_the_same_run(
+    bench: ModuleType, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--baseline-rev`` adds the older package's append and rewrite rows, taking turns with
+    ours, and its ratios next to the goals (here the baseline is this very commit)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    results = tmp_path / "results.json"
+    argv = ["--quick", "--scale", "0.01", "--dir", str(work), "--json", str(results), "--baseline-rev", "HEAD"]
+
+    assert bench.main(argv) == 0
+
+    data = json.loads(results.read_text(encoding="utf-8"))
+    with_baseline = {g["id"] for g in data["groups"] if any(r["impl"] == "baseline" for r in g["rows"])}
+    assert with_baseline == {"append_flush", "append_fsync", "rewrite_fsync"}
+    targets = {t["id"]: t for t in data["targets"]}
+    for goal in ("durable_append", "flush_append", "rewrite"):
+        assert targets[f"{goal}_baseline"]["need"] == targets[goal]["need"]
+        assert targets[f"{goal}_baseline"]["value"] > 0
+    assert "[baseline version]" in capsys.readouterr().out
+    assert list(work.iterdir()) == []
+    assert "jsonl_sessions_baseline" in sys.modules  # imported as a separate package
