@@ -6,7 +6,7 @@ from it); the handlers are in :mod:`.commands`, :mod:`.verify`, :mod:`.migrate` 
 :mod:`.demo`, what they print in :mod:`.output`.
 
 Commands (:data:`jsonl_sessions.cli.COMMANDS`): ``ls``, ``show``, ``tail``, ``search``, ``verify``,
-``repair``, ``export``, ``import``, ``rm``, ``stats``, ``demo``. The store directory is
+``repair``, ``gc``, ``export``, ``import``, ``rm``, ``stats``, ``migrate``, ``demo``. The store directory is
 ``--root``, else ``$JSONL_SESSIONS_ROOT``, else the per-user data directory
 (:func:`default_root`). Commands that only read never create it.
 
