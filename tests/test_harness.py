@@ -49,7 +49,6 @@ from jsonl_sessions.testing import (
     ManualClock,
     MemorySessionStore,
     SessionStoreContract,
-    calls,
     check_power_loss,
     contract,
     fault_loop,
@@ -411,11 +410,11 @@ def test_contract_covers_every_protocol_method() -> None:
     """Every method of the backend protocol is called on purpose by the contract, every
     parameter of the protocol has a sample value, and the tables name only protocol
     methods."""
-    calls.check_samples()
+    contract.check_samples()
     assert covered_methods() == set(backend_methods())
     for table in (contract.BAD_METADATA, contract.BAD_LISTING, contract.BAD_READS):
         for case, (method, args, _) in table.items():
-            assert set(args) <= set(calls.signature(method).parameters), case
+            assert set(args) <= set(contract.signature(method).parameters), case
 
 
 def test_missing_session_outcomes_follow_the_protocol_docs() -> None:

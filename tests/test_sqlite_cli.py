@@ -17,7 +17,7 @@ import pytest
 
 from jsonl_sessions import SessionStore
 from jsonl_sessions.cli import main
-from jsonl_sessions.cli.sqlite import ProgressBar
+from jsonl_sessions.cli.migrate import ProgressBar
 from jsonl_sessions.sqlite import SqliteSessionStore
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

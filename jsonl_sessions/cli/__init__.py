@@ -1,13 +1,450 @@
 """The ``jsonl-sessions`` command (also ``python -m jsonl_sessions``): look inside a store.
 
-:func:`main` runs a command line and returns its exit status; :mod:`.entry` describes the
-exit statuses and the error contract, :mod:`.parser` every command and option.
+This module is the entry point (:func:`main`) and the argument parser (:data:`TABLE`
+lists every command: help, arguments, handler; :func:`build_parser` builds the parser
+from it); the handlers are in :mod:`.commands`, :mod:`.verify`, :mod:`.migrate` and
+:mod:`.demo`, what they print in :mod:`.output`.
+
+Commands (:data:`jsonl_sessions.cli.COMMANDS`): ``ls``, ``show``, ``tail``, ``search``, ``verify``,
+``repair``, ``gc``, ``export``, ``import``, ``rm``, ``stats``, ``migrate``, ``demo``. The store directory is
+``--root``, else ``$JSONL_SESSIONS_ROOT``, else the per-user data directory
+(:func:`default_root`). Commands that only read never create it.
+
+Exit status: 0 success, 1 failure (or ``verify`` found problems), 2 usage error (bad
+option, bad session key, no store at the root), 130 interrupted (Ctrl-C). Every error is
+one line on stderr, ``jsonl-sessions: error: ...``, never a traceback; library warnings
+(e.g. corrupt lines skipped by a lenient read) are one line each too. Text meant for
+people has control characters made visible, so message content cannot drive the
+terminal; ``--json`` / ``--nl`` / ``--jsonl`` / ``export`` print JSON.
 """
 
 from __future__ import annotations
 
-from ..location import default_root, resolve_root
-from .entry import main
-from .parser import COMMANDS, build_parser
+import argparse
+import logging
+import os
+import shlex
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .. import __version__
+from ..errors import CorruptTranscriptError, InvalidSessionKeyError, LockTimeoutError, SessionStoreError
+from ..location import ENV_ROOT, default_root, resolve_root
+from .commands import (
+    SORTS,
+    cmd_export,
+    cmd_gc,
+    cmd_import,
+    cmd_ls,
+    cmd_repair,
+    cmd_rm,
+    cmd_search,
+    cmd_show,
+    cmd_stats,
+    cmd_tail,
+)
+from .demo import cmd_demo
+from .migrate import cmd_migrate
+from .output import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, PROG, CliError, UsageError, err
+from .verify import cmd_verify
 
 __all__ = ["COMMANDS", "build_parser", "default_root", "main", "resolve_root"]
+
+#: The library's logger: its warnings become ``jsonl-sessions: warning: ...`` lines.
+LOGGER = logging.getLogger("jsonl_sessions")
+
+
+class _WarningsToStderr(logging.Handler):
+    """Library warnings as one ``jsonl-sessions: warning: ...`` line each, each once (a
+    following ``tail -f`` would otherwise repeat the same one every poll)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if text not in self.seen:
+            self.seen.add(text)
+            err(f"warning: {text}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status.
+    Never raises: every failure is one line on stderr and its exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error argparse already printed
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    handler = _WarningsToStderr()
+    LOGGER.addHandler(handler)
+    try:
+        return _run(args)
+    finally:
+        LOGGER.removeHandler(handler)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's exit status; each failure it raises becomes one line on stderr."""
+    try:
+        status: int = args.handler(args)
+        return status
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. piped into `head`: stop quietly
+        _silence_stdout()
+        return EXIT_FAILURE
+    except (UsageError, InvalidSessionKeyError) as exc:
+        err(f"error: {exc}")
+        return EXIT_USAGE
+    except CorruptTranscriptError as exc:
+        err(f"error: {exc}; `{PROG} repair {shlex.quote(exc.key or '')}` sets corrupt lines aside")
+        return EXIT_FAILURE
+    except LockTimeoutError as exc:
+        err(f"error: {exc}; try again, or raise --lock-timeout")
+        return EXIT_FAILURE
+    except (SessionStoreError, CliError) as exc:
+        err(f"error: {exc}")
+        return EXIT_FAILURE
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        err(f"error: {exc.strerror or exc}{where}")
+        return EXIT_FAILURE
+
+
+def _silence_stdout() -> None:
+    """After EPIPE: point stdout at devnull so the interpreter's final flush stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+# -- the parser ----------------------------------------------------------------------------
+def _integer(text: str, minimum: int, rule: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{rule}: {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    return _integer(text, 1, "must be at least 1")
+
+
+def _count(text: str) -> int:
+    return _integer(text, 0, "must not be negative")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0: {text}")
+    return value
+
+
+def _root_help() -> str:
+    text = (f"Store directory: --root DIR, else ${ENV_ROOT}, else the per-user data directory "
+            "(Linux: $XDG_DATA_HOME/jsonl-sessions, default ~/.local/share/jsonl-sessions; macOS: "
+            "~/Library/Application Support/jsonl-sessions; Windows: %LOCALAPPDATA%\\jsonl-sessions). "
+            "A root that is a file, or ends in .db, .sqlite or .sqlite3, is a SQLite store (see --backend).")
+    return textwrap.fill(text, 78, break_on_hyphens=False) + f"\nNow: {resolve_root()}"
+
+
+BACKENDS = ("auto", "jsonl", "sqlite")
+_BACKEND_HELP = ("the store's kind: a JSONL directory or a SQLite file (default auto: SQLite when the root is a "
+                 "file or ends in .db, .sqlite or .sqlite3)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command in :data:`TABLE`; each sub-parser sets ``handler``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS,
+                        help=f"the store directory (now: {resolve_root()})")
+    common.add_argument("--lock-timeout", metavar="SECONDS", type=_seconds, default=argparse.SUPPRESS,
+                        help="how long a write waits for a busy session (default 10)")
+    common.add_argument("--backend", choices=BACKENDS, default=argparse.SUPPRESS, help=_BACKEND_HELP)
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Look inside a jsonl_sessions store: crash-safe JSONL chat sessions for AI agents.",
+        epilog=f"{_root_help()}\n\nExit status: 0 ok, 1 failure or problems found, 2 usage error, 130 "
+               f"interrupted.\n`{PROG} COMMAND --help` describes each command.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", metavar="DIR", default=None, help=f"the store directory (now: {resolve_root()})")
+    parser.add_argument("--lock-timeout", metavar="SECONDS", type=_seconds, default=10.0,
+                        help="how long a write waits for a busy session (default 10)")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto", help=_BACKEND_HELP)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, command in TABLE.items():
+        p = sub.add_parser(name, help=command.summary, description=command.description, parents=[common])
+        command.arguments(p)
+        p.set_defaults(handler=command.handler)
+    return parser
+
+
+# -- each command's arguments ---------------------------------------------------------------
+def _outputs(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--json", action="store_true", help="a JSON array of session objects")
+    group.add_argument("--nl", action="store_true", help="newline-delimited JSON: one session object a line")
+
+
+def _rendering(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jsonl", action="store_true", help="raw output: one JSON message a line, as stored")
+    p.add_argument("--json", dest="jsonl", action="store_true", help="the same as --jsonl (NDJSON)")
+    p.add_argument("--width", type=_count, metavar="COLUMNS", default=None,
+                   help="wrap text at this width (default: the terminal's; 0: no wrapping)")
+
+
+def _key(p: argparse.ArgumentParser) -> None:
+    p.add_argument("key", metavar="KEY", help="the session key")
+
+
+def _ls(p: argparse.ArgumentParser) -> None:
+    _outputs(p)
+    p.add_argument("--sort", choices=sorted(SORTS), default="key",
+                   help="order (default key; activity, created, messages and size list the largest first)")
+    p.add_argument("-r", "--reverse", action="store_true", help="reverse the order")
+    p.add_argument("--alias", metavar="AGENT", help="only sessions attributed to this agent alias")
+    p.add_argument("--state", choices=("idle", "running", "error", "none"),
+                   help="only sessions in this run state (none: never set)")
+
+
+def _show(p: argparse.ArgumentParser) -> None:
+    _key(p)
+    p.add_argument("-n", "--limit", type=_positive_int, metavar="N", help="at most N messages (a page)")
+    cursor = p.add_mutually_exclusive_group()
+    cursor.add_argument("--before", metavar="ID", help="only messages older than this message id (a page cursor)")
+    cursor.add_argument("--after", metavar="ID", help="only messages newer than this message id")
+    _rendering(p)
+
+
+def _tail(p: argparse.ArgumentParser) -> None:
+    _key(p)
+    p.add_argument("-n", type=_count, default=10, metavar="N", help="how many of the newest to print (default 10)")
+    p.add_argument("-f", "--follow", action="store_true", help="follow appends, like tail -f")
+    p.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
+                   help="how often -f looks for changes (default 1)")
+    _rendering(p)
+
+
+def _search(p: argparse.ArgumentParser) -> None:
+    p.add_argument("keyword", metavar="KEYWORD")
+    p.add_argument("--alias", metavar="AGENT", help="only sessions attributed to this agent alias")
+    p.add_argument("--limit", type=_count, default=50, metavar="N", help="at most N sessions (default 50; 0: all)")
+    p.add_argument("-l", "--sessions", action="store_true",
+                   help="only the matching sessions, as the ls table (like grep -l)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--json", action="store_true",
+                       help="one JSON object a line per match: key, field (message or name), id, role, text, and "
+                            "start/end of the match in text; with -l: a JSON array of session objects")
+    group.add_argument("--nl", action="store_true", help="with -l: one session object a line (implies -l)")
+
+
+def _verify(p: argparse.ArgumentParser) -> None:
+    p.add_argument("keys", nargs="*", metavar="KEY", help="only these sessions (default: the whole store)")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument("--fix", action="store_true",
+                   help="clear what killed writers left (temp files, orphan sidecars, interrupted writes), each "
+                        "session under its lock, then report again (JSONL stores; transcripts are never touched)")
+
+
+def _repair(p: argparse.ArgumentParser) -> None:
+    _key(p)
+    p.add_argument("--json", action="store_true",
+                   help='the report as JSON: {"key", "changed", "kept", "dropped" (line, offset, reason, corrupt), '
+                        '"torn_bytes", "bom", "recovered", "quarantine", "torn_saved"}')
+
+
+def _gc(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="the removed files as JSON")
+
+
+def _export(p: argparse.ArgumentParser) -> None:
+    _key(p)
+    p.add_argument("--lenient", action="store_true", help="skip corrupt lines (with a warning) instead of failing")
+    p.add_argument("--json", action="store_true",
+                   help="the default output, named for uniformity: one JSON message a line (NDJSON); not with --to")
+    p.add_argument("--to", choices=("claude-code",), default=None, help="another tool's transcript format")
+    p.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="with --to: write FILE atomically instead of stdout (as <session id>.jsonl inside a "
+                        "directory)")
+    p.add_argument("--session-id", metavar="ID", default=None,
+                   help="with --to claude-code: the session id of new entries (default: the Claude session's, "
+                        "else one derived from the first message)")
+
+
+def _import(p: argparse.ArgumentParser) -> None:
+    p.usage = f"{PROG} import [options] KEY FILE\n       {PROG} import [options] --from {{claude-code,codex}} PATH"
+    p.add_argument("key", metavar="KEY", help="the session key (with --from: the PATH to read)")
+    p.add_argument("file", metavar="FILE", nargs="?", default=None, help="the file to read, or - for stdin")
+    p.add_argument("--from", dest="source", choices=("claude-code", "codex"), default=None,
+                   help="read another tool's session files")
+    p.add_argument("--append", action="store_true", help="append to the session if it exists")
+    p.add_argument("--new-ids", action="store_true", help="ignore the input's ids; the store assigns new ones")
+    p.add_argument("--json", action="store_true",
+                   help='the result as JSON: {"key", "created", "ids"} (with --from: one such object a line, '
+                        'with "written" instead of "ids")')
+
+
+def _rm(p: argparse.ArgumentParser) -> None:
+    p.add_argument("keys", nargs="+", metavar="KEY", help="the session keys")
+    p.add_argument("-f", "--force", action="store_true", help="also remove running sessions; ignore missing ones")
+    p.add_argument("--json", action="store_true",
+                   help='a JSON array, one object a key: {"key", "removed", "reason" (missing, running or null), '
+                        '"kept" (quarantine files)}')
+
+
+MIGRATE_BACKENDS = (*BACKENDS, "postgres")
+
+
+def _migrate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", metavar="SRC", help="the store to copy: a JSONL directory, a SQLite file or a "
+                   "PostgreSQL DSN (postgresql://...)")
+    p.add_argument("target", metavar="DST", help="the store to copy into (created if missing)")
+    p.add_argument("--from", dest="source_backend", choices=MIGRATE_BACKENDS, default="auto",
+                   help="SRC's kind (default auto: postgres for a postgresql:// URL)")
+    p.add_argument("--to", dest="target_backend", choices=MIGRATE_BACKENDS, default="auto",
+                   help="DST's kind (default auto)")
+    p.add_argument("--from-schema", dest="source_schema", default="jsonl_sessions",
+                   help="SRC's PostgreSQL schema (default jsonl_sessions)")
+    p.add_argument("--to-schema", dest="target_schema", default="jsonl_sessions",
+                   help="DST's PostgreSQL schema (default jsonl_sessions)")
+    p.add_argument("--json", action="store_true",
+                   help='the result as JSON: {"source", "target", "copied" (keys), "failed" (key: error)}')
+
+
+def _stats(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="as JSON")
+
+
+def _demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--width", type=_count, metavar="COLUMNS", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--json", action="store_true",
+                   help='the narration on stderr; on stdout {"root", "sessions"} as JSON')
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command: its one-line summary, its ``--help`` description, the function that
+    adds its arguments, and the function that runs it (returns the exit status)."""
+
+    summary: str
+    description: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    handler: Callable[[argparse.Namespace], int]
+
+
+#: Every command, in the order ``--help`` lists them (the README documents each one).
+TABLE: dict[str, Command] = {
+    "ls": Command(
+        "list sessions",
+        "A table of sessions: key, name, messages, size, last activity (newest change of transcript or "
+        "metadata, local time), state. Reads metadata only.",
+        _ls, cmd_ls),
+    "show": Command(
+        "print a session's messages",
+        "A session's messages, oldest first: role, local time and id on a header line, then the text "
+        "(wrapped). All of them, or with --limit N the N newest (before --before ID / after --after ID).",
+        _show, cmd_show),
+    "tail": Command(
+        "print the newest messages; -f follows new ones",
+        "The newest N messages. With -f, keeps printing messages as they are appended (polling, "
+        "lock-free), also across a truncate, revert or rewrite of the session, until Ctrl-C.",
+        _tail, cmd_tail),
+    "search": Command(
+        "find messages by keyword, like grep",
+        "Every message whose text contains KEYWORD (case-insensitive), one line each: session key, message "
+        "id, role and the text around the match (marked). Sessions newest activity first, messages oldest "
+        "first; a session whose name matches also gets a line for its name. Streams: each session's lines "
+        "are printed as they are found. With -l only the sessions. Exit status 0 when something matched, "
+        "1 when nothing did (like grep).",
+        _search, cmd_search),
+    "verify": Command(
+        "check the store's health (fsck); exit 1 on problems",
+        "Reads every file of the store (or of the sessions KEY...) and reports torn tails, corrupt lines "
+        "(line and byte offset), ids out of order, missing, corrupt, mismatched or orphan sidecars, "
+        "leftover temp files, interrupted writes (pending records, odd counters), permissions other "
+        "than 0600 (0700 for the directory) and symlinks, with how to fix each. Changes nothing, unless "
+        "--fix: then it clears leftover temp files and orphan sidecars and completes interrupted writes "
+        "(each session under its lock, checked again there), says what it fixed and reports again. "
+        "Exit status 0 healthy, 1 problems found, 2 usage error.",
+        _verify, cmd_verify),
+    "repair": Command(
+        "set corrupt lines aside (quarantine) and rewrite a session",
+        "Rewrites the session keeping every line that parses, dropping a torn tail and duplicate "
+        "lines; when it drops a corrupt line it first saves the original bytes in "
+        "<stem>.quarantine-<time>.jsonl.bak next to it. Prints what was kept, set aside, and where.",
+        _repair, cmd_repair),
+    "gc": Command(
+        "remove the lock files and leftovers of deleted sessions",
+        "Removes what sessions that no longer exist left behind: their lock files (one per key ever "
+        "used), sidecars without a transcript and temp files of interrupted writes. Each is removed "
+        "under its session's lock after checking again that the session is absent; busy sessions are "
+        "skipped and live sessions are never touched, so it is safe while other processes use the "
+        "store. Quarantine files are kept.",
+        _gc, cmd_gc),
+    "export": Command(
+        "print a session as JSONL",
+        "The session's messages as JSONL on stdout, one message a line (all fields, as stored). "
+        "Refuses a transcript with corrupt lines unless --lenient. With --to claude-code: the session "
+        "as a Claude Code transcript that Claude Code and the Claude Agent SDK resume (entries stored "
+        "by the Claude adapter or an import as they are; other user/assistant text messages as new "
+        "entries; lines with no Claude Code form left out and counted on stderr).",
+        _export, cmd_export),
+    "import": Command(
+        "create a session from JSONL or a JSON array of messages",
+        "Reads messages from FILE (- for stdin): JSONL (one message object a line), or a JSON array of "
+        "{role, content, ...} objects as OpenAI-style SDKs produce (or an object with a \"messages\" "
+        "array). Extra fields (tool_calls, tool_call_id, name...) are kept; so are ids and created_at. "
+        "Written in one atomic batch. Refuses an existing session unless --append. With --from: PATH is "
+        "a Claude Code transcript (<project>/<session>.jsonl, with its subagent transcripts) or project "
+        "directory, imported as claude/<project>/<session> (entries already there, by uuid, are "
+        "skipped), or a Codex CLI rollout file or sessions directory, imported as codex/<session id>. "
+        "Unknown line types, a byte order mark and a torn last line are tolerated.",
+        _import, cmd_import),
+    "rm": Command(
+        "delete sessions",
+        "Deletes each session (transcript, then sidecar). Refuses a session in state running unless "
+        "--force. Quarantine files are kept.",
+        _rm, cmd_rm),
+    "stats": Command(
+        "totals for the store",
+        "Sessions (by state), messages, bytes, torn tails, leftover temp files, orphan sidecars and "
+        "quarantine files. Cheap: metadata, file stats and one byte per transcript; corrupt lines need "
+        "a full read, which is `verify`.",
+        _stats, cmd_stats),
+    "migrate": Command(
+        "copy a whole store between a JSONL directory and a SQLite file",
+        "Copies every session of SRC into DST: messages as their exact stored lines (byte-identical), all "
+        "metadata (name, alias, owner, state, context, breadcrumb, created time, fork lineage) and the "
+        "last-activity time. Each session is all or nothing; one that already exists in DST is left as it "
+        "is and reported. A directory is a JSONL store, a file (or a name ending in .db, .sqlite, .sqlite3) "
+        "a SQLite store; --from / --to override. A progress bar on stderr when it is a terminal. Exit "
+        "status 1 when a session was not copied.",
+        _migrate, cmd_migrate),
+    "demo": Command(
+        "a guided tour in a temporary store",
+        "Builds a JSONL store in a new temporary directory (or --root DIR, a directory that must hold no sessions; a "
+        "SQLite root is a usage error; "
+        f"${ENV_ROOT} is not used), holds a short agent conversation, forks and reverts it, simulates a "
+        "crash that tears a write and a corrupt line, shows recovery, verify and repair, and prints "
+        "where the files are.",
+        _demo, cmd_demo),
+}
+
+#: The command names, in the order ``--help`` lists them.
+COMMANDS = tuple(TABLE)

@@ -1,8 +1,11 @@
-"""The commands of ``jsonl-sessions`` that list, print, import and remove sessions:
-``ls``, ``show``, ``search``, ``export``, ``import``, ``rm``.
+"""The commands of ``jsonl-sessions`` and the store they open: ``ls``, ``show``, ``tail``,
+``search``, ``export`` (``--to claude-code`` too), ``import`` (``--from claude-code|codex``
+too), ``rm``, ``stats``, ``gc``, ``repair``, and the SQLite side of ``verify`` (its JSONL
+side is :mod:`.verify`; ``migrate`` is :mod:`.migrate`, ``demo`` :mod:`.demo`).
 
 Each ``cmd_*`` takes the parsed arguments and returns the exit status; failures are
-raised (see :mod:`jsonl_sessions.cli.common`).
+raised (see :mod:`jsonl_sessions.cli.output`). :func:`open_store` and its relatives are
+the one place the command line resolves ``--root`` / ``--backend`` and makes a store.
 """
 
 from __future__ import annotations
@@ -10,37 +13,139 @@ from __future__ import annotations
 import argparse
 import bisect
 import itertools
+import os
+import sqlite3
+import stat
 import sys
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 
-from .. import records
-from ..errors import InvalidMessageError, MessageNotFoundError, SessionExistsError, SessionNotFoundError
+from .. import _platform, records
+from ..compaction import CompactionReport
+from ..errors import (
+    InvalidMessageError,
+    MessageNotFoundError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionStoreError,
+)
+from ..foreign.files import write_jsonl
+from ..foreign.transfer import Imported, export_claude_code, import_claude_code, import_codex, iter_codex_rollouts
+from ..jsonl.control import read_head
+from ..jsonl.layout import TMP_SUFFIX, SessionFiles, classify
 from ..jsonl.lines import BOM
-from ..jsonl.store import SessionStore
+from ..jsonl.store import SessionStore, compaction_report, prune_report
 from ..keys import key_to_stem
-from ..location import resolve_root
+from ..location import ENV_ROOT, resolve_root
 from ..protocol import SessionBackend
+from ..sqlite import SqliteSessionStore, VerifyReport
+from ..sqlite.verify import KINDS
 from ..types import ChatMessage, SessionMetadata, SessionQuery
-from .common import (
+from .output import (
     EXIT_FAILURE,
     EXIT_OK,
+    PROG,
     CliError,
     Printer,
     UsageError,
+    clean,
     err,
     json_out,
-    open_store,
+    nl_out,
     out,
-    quarantine_files,
     sessions_out,
+    short,
+    when,
 )
-from .foreign import export_to, import_from
-from .format import clean
-from .tail import PAGE
+from .output import size as fmt_size
 
+
+# -- where the store is (one rule shared with the adapters) ---------------------------------
+def existing_root(args: argparse.Namespace) -> str:
+    """The resolved root; a usage error when it is not an existing directory."""
+    root = resolve_root(args.root)
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        raise UsageError(f"no store at {root}: the directory does not exist "
+                         f"(give --root DIR or set {ENV_ROOT})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{root} is not a directory")
+    return root
+
+
+#: File name endings taken for a SQLite store by ``--backend auto``.
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+#: The stores the command line opens; commands that only call the backend contract take a
+#: :class:`SessionBackend` instead.
+Store = SessionStore | SqliteSessionStore
+
+
+def is_sqlite_path(path: str, backend: str = "auto") -> bool:
+    """Whether ``path`` names a SQLite store: ``backend`` says so, or (``auto``) its name ends
+    in ``.db`` / ``.sqlite`` / ``.sqlite3`` or it is a file starting with SQLite's header."""
+    if backend != "auto":
+        return backend == "sqlite"
+    if path.lower().endswith(SQLITE_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def is_sqlite(args: argparse.Namespace) -> bool:
+    """Whether the arguments name a SQLite store (``--backend``, or the root's name)."""
+    return is_sqlite_path(resolve_root(args.root), getattr(args, "backend", "auto"))
+
+
+def open_path(path: str, *, sqlite: bool, lock_timeout: float | None) -> Store:
+    """The one place the command line makes a store: a SQLite file or a JSONL directory
+    at ``path`` (created when missing; callers check first when it must exist)."""
+    if sqlite:
+        return SqliteSessionStore(path, lock_timeout=lock_timeout)
+    return SessionStore(path, lock_timeout=lock_timeout)
+
+
+def open_concrete(args: argparse.Namespace, *, create: bool = False) -> Store:
+    """The store at the resolved root: a JSONL directory, or a SQLite file (see
+    :func:`is_sqlite`). Unless ``create``, a missing root is a usage error (so a typo in
+    ``--root`` never silently creates an empty store). Opening a JSONL store removes temp
+    files that interrupted writes left for idle sessions (docs/format.md)."""
+    if is_sqlite(args):
+        path = resolve_root(args.root)
+        if not create and not os.path.isfile(path):
+            raise UsageError(f"no SQLite store at {path}: the file does not exist (give --root FILE or set {ENV_ROOT})")
+        return open_path(path, sqlite=True, lock_timeout=args.lock_timeout)
+    root = resolve_root(args.root) if create else existing_root(args)
+    return open_path(root, sqlite=False, lock_timeout=args.lock_timeout)
+
+
+def open_store(args: argparse.Namespace, *, create: bool = False) -> SessionBackend:
+    """:func:`open_concrete`, typed as the backend contract (what most commands use)."""
+    return open_concrete(args, create=create)
+
+
+def open_sqlite(args: argparse.Namespace) -> SqliteSessionStore:
+    """The SQLite store the arguments name (:func:`is_sqlite` holds); a usage error when
+    the file does not exist."""
+    store = open_concrete(args)
+    if not isinstance(store, SqliteSessionStore):  # is_sqlite(args) was checked by the caller
+        raise UsageError(f"{store.root} is not a SQLite store")
+    return store
+
+
+def quarantine_files(root: str, stem: str) -> set[str]:
+    """The names of the quarantine files a repair left for the session file stem ``stem``."""
+    return {n for n in os.listdir(root) if classify(n) == ("quarantine", stem)}
+
+
+# -- ls, show, search, export, import, rm ---------------------------------------------------
 SORTS: dict[str, tuple[Callable[[SessionMetadata], Any], bool]] = {
     "key": (lambda md: md.key, False),
     "name": (lambda md: (md.name is None, md.name or ""), False),
@@ -298,3 +403,445 @@ def cmd_rm(args: argparse.Namespace) -> int:
     if args.json:
         json_out(results)
     return status
+
+
+# -- import --from, export --to: the command-line side of jsonl_sessions.foreign.transfer ---
+def import_from(args: argparse.Namespace) -> int:
+    """``import --from FORMAT PATH``: one line per imported file; exit 1 when a file failed."""
+    if args.file is not None:
+        raise UsageError("with --from, give only PATH")
+    path = args.key
+    if not os.path.exists(path):
+        raise CliError(f"no such file or directory: {path}")
+    store = open_store(args, create=True)
+    if args.source == "claude-code":
+        if args.append:
+            raise UsageError("--append is implied for claude-code: entries already stored (by uuid) are skipped")
+        for done in import_claude_code(store, path):
+            _report(done, args.json)
+        return EXIT_OK
+    files = list(iter_codex_rollouts(path)) if os.path.isdir(path) else [path]
+    if not files:
+        raise CliError(f"no Codex rollout (*.jsonl) under {path}")
+    status = EXIT_OK
+    for rollout in files:
+        try:
+            _report(import_codex(store, rollout, append=args.append), args.json)
+        except (ValueError, OSError, SessionExistsError) as exc:  # reported; the other files still go in
+            err(f"error: {rollout}: {exc}")
+            status = EXIT_FAILURE
+    return status
+
+
+def _report(done: Imported, as_json: bool) -> None:
+    if as_json:  # one object a file, as each is imported
+        nl_out([{"key": done.key, "written": done.written, "left_out": done.left_out,
+                 "bad_lines": list(done.bad_lines), "torn": done.torn}])
+        return
+    notes = [f"{done.left_out} left out"] if done.left_out else []
+    if done.bad_lines:
+        notes.append(f"{len(done.bad_lines)} unreadable line(s) skipped (line {done.bad_lines[0]}...)")
+    if done.torn:
+        notes.append("a torn last line ignored")
+    out(f"imported {done.written} lines into {done.key!r}" + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+def export_to(args: argparse.Namespace) -> int:
+    """``export KEY --to claude-code [-o FILE] [--session-id ID]``."""
+    if args.to is None:
+        raise UsageError("-o and --session-id apply with --to")
+    store = open_store(args)
+    export = export_claude_code(store, args.key, session_id=args.session_id, lenient=args.lenient)
+    if args.output is None:
+        sys.stdout.buffer.write(b"".join(orjson.dumps(e, option=orjson.OPT_APPEND_NEWLINE) for e in export.entries))
+        sys.stdout.flush()
+    else:
+        target = args.output
+        if os.path.isdir(target):
+            target = os.path.join(target, f"{export.session_id}.jsonl")
+        write_jsonl(target, export.entries)
+        out(f"wrote {len(export.entries)} entries of session {export.session_id} to {target}")
+    if export.left_out:
+        err(f"note: {export.left_out} message(s) with no Claude Code form left out")
+    return EXIT_OK
+
+# -- tail -----------------------------------------------------------------------------------
+PAGE = 500  # messages per read when catching up
+_REANCHOR = 1000  # newest messages searched for new ones after a follow cursor vanished
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    """Print the newest ``args.n`` messages; with ``args.follow``, follow until Ctrl-C
+    (KeyboardInterrupt, which :func:`jsonl_sessions.cli.main` turns into exit status 130)."""
+    store = open_store(args)
+    printer = Printer(args.jsonl, args.width, flush=args.follow)
+    probe = _probe(store, args.key)
+    seen = probe()  # taken before the read: a change right after it is caught by the first poll
+    page = store.page(args.key, limit=args.n)
+    printer(page.messages)
+    if args.follow:
+        _follow(store, args.key, page.messages[-1].id if page.messages else None, seen, probe, printer,
+                args.interval)
+    return EXIT_OK
+
+
+def _probe(store: SessionBackend, key: str) -> Callable[[], Signature]:
+    """How to tell that the session changed: file stats and the control counter of a JSONL
+    session; for any other backend, the count, size and last-activity time of its metadata."""
+    if isinstance(store, SessionStore):
+        files = SessionFiles.of(store.root, key)
+        return lambda: _signature(files.transcript, files.lock)
+
+    def row() -> Signature:
+        md = store.get_session_metadata(key)
+        return None if md is None else (md.message_count, md.size_bytes, int(md.updated_at.timestamp() * 1e6)
+                                        if md.updated_at else 0, 0)
+    return row
+
+
+Signature = tuple[int, int, int, int] | None
+
+
+def _signature(transcript: str, lock: str) -> Signature:
+    """What changes when the session does: the transcript's inode, size and mtime, and the
+    control file's sequence counter (bumped by in-place rewrites). None: no transcript."""
+    try:
+        st = os.lstat(transcript)
+    except FileNotFoundError:
+        return None
+    try:
+        seq = read_head(lock).seq
+    except (OSError, SessionStoreError):
+        seq = -1
+    return st.st_ino, st.st_size, st.st_mtime_ns, seq
+
+
+def _follow(store: SessionBackend, key: str, last: str | None, seen: Signature, probe: Callable[[], Signature],
+            printer: Printer, interval: float) -> None:
+    """Print messages as they are appended, like ``tail -f``, until interrupted. Polls the
+    session's signature (``probe``) every ``interval`` seconds and, when
+    they differ from ``seen``, reads the page after the last printed id (lock-free). A
+    cursor that vanished (truncate, revert, rewrite) is re-anchored: of the newest
+    messages, those with an id above it are new. A removed session is waited for; when it
+    comes back it is printed from its start."""
+    gone = False
+    while True:
+        time.sleep(interval)
+        now = probe()
+        if now == seen:
+            continue
+        seen = now
+        if now is None:
+            if not gone:
+                err(f"session {key!r} was removed; waiting for it to come back")
+            gone = True
+            continue
+        if gone:
+            err(f"session {key!r} is back")
+            gone, last = False, None
+        last = _catch_up(store, key, last, printer)
+
+
+def _catch_up(store: SessionBackend, key: str, last: str | None, printer: Printer) -> str | None:
+    while True:
+        try:
+            page = store.page(key, limit=PAGE, after=last or "")
+        except SessionNotFoundError:
+            return last
+        except MessageNotFoundError:
+            page = store.page(key, limit=_REANCHOR)
+            err(f"session {key!r} was truncated or rewritten; following it from there")
+            printer([m for m in page.messages if last is None or m.id > last])
+            return page.messages[-1].id if page.messages else None
+        printer(page.messages)
+        if page.messages:
+            last = page.messages[-1].id
+        if not page.has_more:
+            return last
+
+
+# -- stats ----------------------------------------------------------------------------------
+def _torn(root: str, key: str) -> bool:
+    """Whether the transcript ends without a newline (reads one byte); False when it is
+    missing, unreadable or not a regular file (the listing warned about it)."""
+    try:
+        opened = SessionFiles.of(root, key).open_transcript(os.O_RDONLY)
+    except (OSError, SessionStoreError):
+        return False
+    if opened is None:
+        return False
+    fd, st = opened
+    try:
+        return st.st_size > 0 and _platform.pread(fd, 1, st.st_size - 1) != b"\n"
+    except OSError:
+        return False
+    finally:
+        _platform.close(fd)
+
+
+def _temp_files(root: str) -> set[str]:
+    return {n for n in os.listdir(root) if n.startswith(".") and n.endswith(TMP_SUFFIX)}
+
+
+def _files(root: str) -> dict[str, int]:
+    """Counts over the store's own files: how many and how many bytes, orphan sidecars,
+    quarantine files (one ``scandir``; dot files, symlinks and foreign names skipped)."""
+    files = total = quarantined = 0
+    sidecars: set[str] = set()
+    transcripts: set[str] = set()
+    with os.scandir(root) as entries:
+        for entry in entries:
+            name = entry.name
+            if not entry.is_file(follow_symlinks=False) or name.startswith("."):
+                continue
+            role, stem = classify(name) or ("", "")
+            if role == "quarantine":
+                quarantined += 1
+            elif role == "sidecar":
+                sidecars.add(stem)
+            elif role == "transcript":
+                transcripts.add(stem)
+            elif role != "lock":
+                continue
+            files += 1
+            total += entry.stat(follow_symlinks=False).st_size
+    return {"store_files": files, "store_bytes": total, "orphan_sidecars": len(sidecars - transcripts),
+            "quarantine_files": quarantined}
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Print the store's totals, as text or (``--json``) one JSON object."""
+    if is_sqlite(args):
+        return run_sqlite_stats(open_sqlite(args), as_json=args.json)
+    root = existing_root(args)
+    temps = _temp_files(root)  # before opening the store, which removes those of idle sessions
+    store = open_path(root, sqlite=False, lock_timeout=args.lock_timeout)
+    temps_removed = len(temps - _temp_files(root))
+    sessions = store.list_sessions_with_metadata()
+    states = Counter(md.state or "none" for md in sessions)
+    activity = [md.updated_at for md in sessions if md.updated_at is not None]
+    files = _files(root)
+    result: dict[str, Any] = {
+        "root": root,
+        "sessions": len(sessions),
+        "states": dict(sorted(states.items())),
+        "messages": sum(md.message_count for md in sessions),
+        "transcript_bytes": sum(md.size_bytes for md in sessions),
+        "store_files": files["store_files"],
+        "store_bytes": files["store_bytes"],
+        "torn_tails": sum(_torn(root, md.key) for md in sessions),
+        "temp_files": len(temps),
+        "temp_files_removed": temps_removed,
+        "orphan_sidecars": files["orphan_sidecars"],
+        "quarantine_files": files["quarantine_files"],
+        "corrupt_lines": None,  # needs a full read of every transcript: that is `verify`
+        "oldest_activity": min(activity).isoformat() if activity else None,
+        "newest_activity": max(activity).isoformat() if activity else None,
+    }
+    if args.json:
+        json_out(result)
+        return EXIT_OK
+    state_text = ", ".join(f"{states[s]} {'without a state' if s == 'none' else s}"
+                           for s in ("running", "idle", "error", "none") if states[s])
+    activity_text = f"{when(min(activity))} .. {when(max(activity))}" if activity else "-"
+    _render(result, state_text, activity_text)
+    return EXIT_OK
+
+
+def _render(result: dict[str, Any], state_text: str, activity_text: str) -> None:
+    temps, removed = result["temp_files"], result["temp_files_removed"]
+    rows = [
+        ("store", result["root"]),
+        ("sessions", f"{result['sessions']}" + (f" ({state_text})" if result["sessions"] else "")),
+        ("messages", str(result["messages"])),
+        ("transcripts", fmt_size(result["transcript_bytes"])),
+        ("all files", (f"{fmt_size(result['store_bytes'])} in {result['store_files']} files "
+                       "(transcripts, sidecars, locks, quarantine)")),
+        ("torn tails", str(result["torn_tails"])),
+        ("temp files", f"{temps}" + (f" (left by interrupted writes; {removed} removed just now by "
+                                     "opening the store)" if temps else "")),
+        ("orphan sidecars", str(result["orphan_sidecars"])),
+        ("quarantine files", str(result["quarantine_files"])),
+        ("corrupt lines", f"not counted (a full read): run `{PROG} verify`"),
+        ("activity", activity_text),
+    ]
+    for label, value in rows:
+        out(f"{label + ':':<18}{clean(value, one_line=True)}")
+
+
+# -- gc -------------------------------------------------------------------------------------
+def _plural(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    """``gc`` on the store the arguments name; returns the exit status."""
+    store = open_concrete(args)
+    if is_sqlite(args) or not isinstance(store, SessionStore):
+        out("nothing to collect: a SQLite store keeps no files per session")
+        return EXIT_OK
+    report = prune_report(store)
+    if args.json:
+        json_out({"locks": list(report.locks), "sidecars": list(report.sidecars), "temps": list(report.temps)})
+        return EXIT_OK
+    if not report.removed:
+        out(f"nothing to collect in {store.root}")
+        return EXIT_OK
+    out(f"removed {_plural(len(report.locks), 'lock file')}, {_plural(len(report.sidecars), 'orphan sidecar')} "
+        f"and {_plural(len(report.temps), 'temp file')} of sessions that no longer exist")
+    for path in report.removed:
+        out(f"  {os.path.basename(path)}")
+    return EXIT_OK
+
+
+# -- repair ---------------------------------------------------------------------------------
+def cmd_repair(args: argparse.Namespace) -> int:
+    """``repair KEY`` on the store the arguments name."""
+    store = open_concrete(args)
+    if getattr(args, "json", False):
+        json_out(report_json(store.compaction_report(args.key, repair=True) if isinstance(store, SqliteSessionStore)
+                             else compaction_report(store, args.key, repair=True)))
+        return EXIT_OK
+    if isinstance(store, SqliteSessionStore):
+        return run_sqlite_repair(store, args.key)
+    return run_repair(store, args.key)
+
+
+def report_json(report: CompactionReport) -> dict[str, Any]:
+    """``repair --json``: one object, the same keys for every backend."""
+    plan = report.plan
+    return {"key": report.key, "changed": plan.changed, "kept": len(plan.kept),
+            "dropped": [{"line": d.line, "offset": d.offset, "reason": d.reason, "corrupt": d.corrupt}
+                        for d in plan.dropped],
+            "torn_bytes": plan.torn, "bom": plan.bom, "recovered": report.recovered,
+            "quarantine": report.quarantine, "torn_saved": report.torn_saved}
+
+
+def run_repair(store: SessionStore, key: str) -> int:
+    """Repair session ``key`` (``compact(key, repair=True)`` under the session's guard) and
+    print its report; returns the exit status. Raises SessionNotFoundError, UnsafePathError."""
+    report = compaction_report(store, key, repair=True)  # taking the guard completes an interrupted write first
+    plan = report.plan
+    if report.recovered:
+        out("completed an interrupted write left by a process that died")
+    if not plan.changed:
+        out(f"session {key!r} needs no repair: {len(plan.kept)} messages, nothing changed")
+        return EXIT_OK
+    out(f"repaired session {key!r}: kept {len(plan.kept)} messages")
+    corrupt = [d for d in plan.dropped if d.corrupt]
+    if corrupt:
+        out(f"set aside {len(corrupt)} corrupt line{'s' if len(corrupt) != 1 else ''}:")
+        for bad in corrupt[:20]:
+            out(f"  line {bad.line}, byte offset {bad.offset}: {clean(bad.reason, one_line=True)}: {short(bad.text, 60)}")
+        if len(corrupt) > 20:
+            out(f"  and {len(corrupt) - 20} more")
+    duplicates = len(plan.dropped) - len(corrupt)
+    if duplicates > 0:
+        out(f"dropped {duplicates} line{'s' if duplicates != 1 else ''} repeating an earlier id "
+            "(the first line with an id is kept)")
+    if plan.torn:
+        out(f"dropped a torn tail of {plan.torn} bytes (a last line without its newline: an append that never "
+            "completed, or a line cut short)")
+        if report.torn_saved is not None and report.torn_saved != report.quarantine:
+            out(f"its bytes are saved in {report.torn_saved}")
+    if plan.bom:
+        out("removed a leading byte-order mark")
+    if report.quarantine is not None:
+        out(f"the original bytes are saved in {report.quarantine}")
+    return EXIT_OK
+
+
+# -- verify on a SQLite store (the command is in .verify) -----------------------------------
+def run_sqlite_verify(store: SqliteSessionStore, keys: list[str] | None, *, as_json: bool = False) -> int:
+    """``verify`` on a SQLite store: ``PRAGMA integrity_check`` and the store's invariants
+    (see :mod:`jsonl_sessions.sqlite.verify`); only the findings about ``keys`` (and the
+    file as a whole) when given. Exit status 0 healthy, 1 problems found."""
+    if keys:
+        missing = [k for k in keys if not store.session_exists(k)]
+        if missing:
+            raise SessionNotFoundError(key=missing[0])
+    report = store.verify()
+    findings = [f for f in report.findings if not keys or f.key is None or f.key in keys]
+    if as_json:
+        json_out({"path": report.path, "ok": not findings, "sessions": report.sessions,
+                  "messages": report.messages, "problems": [
+                      {"kind": f.kind, "key": f.key, "line": f.line, "detail": f.detail} for f in findings]})
+        return EXIT_OK if not findings else EXIT_FAILURE
+    for f in findings:
+        where = "the file" if f.key is None else f"session {f.key!r}" + (f" line {f.line}" if f.line else "")
+        out(clean(f"{where}: {KINDS.get(f.kind, f.kind)}: {f.detail}", one_line=True))
+    out(_sqlite_summary(report, len(findings)))
+    return EXIT_OK if not findings else EXIT_FAILURE
+
+
+def _sqlite_summary(report: VerifyReport, problems: int) -> str:
+    checked = f"{report.sessions} sessions, {report.messages} messages"
+    if not problems:
+        return f"ok: {checked} in {report.path}; no problems (PRAGMA integrity_check: ok)"
+    return (f"{problems} problem{'s' if problems != 1 else ''} in {report.path}; checked {checked}. "
+            f"`{PROG} --root {report.path} repair KEY` sets a session's corrupt rows aside")
+
+
+# -- repair on a SQLite store ---------------------------------------------------------------
+def run_sqlite_repair(store: SqliteSessionStore, key: str) -> int:
+    """``repair KEY`` on a SQLite store: ``compact(key, repair=True)`` with its report."""
+    report = store.compaction_report(key, repair=True)
+    plan = report.plan
+    if not plan.dropped:
+        out(f"session {key!r} needs no repair: {len(plan.kept)} messages, nothing changed")
+        return EXIT_OK
+    out(f"repaired session {key!r}: kept {len(plan.kept)} messages, set aside {report.dropped} row"
+        f"{'s' if report.dropped != 1 else ''} (corrupt, or repeating an earlier id)")
+    for bad in plan.dropped[:20]:
+        out(f"  line {bad.line}, byte offset {bad.offset}: {clean(bad.reason, one_line=True)}: {short(bad.text, 60)}")
+    if len(plan.dropped) > 20:
+        out(f"  and {len(plan.dropped) - 20} more")
+    if report.quarantine is not None:
+        out(f"every original row is saved in {report.quarantine} (SELECT * FROM quarantine WHERE session_key = ...)")
+    return EXIT_OK
+
+
+# -- stats on a SQLite store ----------------------------------------------------------------
+def run_sqlite_stats(store: SqliteSessionStore, *, as_json: bool) -> int:
+    """``stats`` on a SQLite store: sessions by state, messages, bytes, the file's size,
+    quarantined rows. Reads metadata and the session rows only."""
+    sessions = store.list_sessions_with_metadata()
+    states = Counter(md.state or "none" for md in sessions)
+    activity = [md.updated_at for md in sessions if md.updated_at is not None]
+    files = [store.root + suffix for suffix in ("", "-wal", "-shm") if os.path.exists(store.root + suffix)]
+    conn = sqlite3.connect(f"file:{store.root}?mode=ro", uri=True)
+    try:
+        quarantined = conn.execute("SELECT count(*) FROM quarantine").fetchone()[0]
+    finally:
+        conn.close()
+    result: dict[str, Any] = {
+        "root": store.root,
+        "backend": "sqlite",
+        "sessions": len(sessions),
+        "states": dict(sorted(states.items())),
+        "messages": sum(md.message_count for md in sessions),
+        "transcript_bytes": sum(md.size_bytes for md in sessions),
+        "store_files": len(files),
+        "store_bytes": sum(os.path.getsize(f) for f in files),
+        "quarantined_rows": quarantined,
+        "oldest_activity": min(activity).isoformat() if activity else None,
+        "newest_activity": max(activity).isoformat() if activity else None,
+    }
+    if as_json:
+        json_out(result)
+        return EXIT_OK
+    state_text = ", ".join(f"{states[s]} {'without a state' if s == 'none' else s}"
+                           for s in ("running", "idle", "error", "none") if states[s])
+    rows = [
+        ("store", f"{store.root} (SQLite)"),
+        ("sessions", f"{result['sessions']}" + (f" ({state_text})" if sessions else "")),
+        ("messages", str(result["messages"])),
+        ("messages bytes", fmt_size(result["transcript_bytes"])),
+        ("all files", f"{fmt_size(result['store_bytes'])} in {len(files)} files (database, WAL)"),
+        ("quarantined rows", str(quarantined)),
+        ("corrupt rows", f"not counted (a full read): run `{PROG} verify`"),
+        ("activity", f"{when(min(activity))} .. {when(max(activity))}" if activity else "-"),
+    ]
+    for label, value in rows:
+        out(f"{label + ':':<18}{clean(value, one_line=True)}")
+    return EXIT_OK

@@ -22,9 +22,8 @@ import orjson
 from ..errors import CorruptTranscriptError
 from ..jsonl.layout import SessionFiles
 from ..jsonl.store import SessionStore
-from .common import CliError, UsageError, is_sqlite_path
-from .format import render_message, terminal_width
-from .repair import run_repair
+from .commands import is_sqlite_path, run_repair
+from .output import CliError, UsageError, render_message, terminal_width
 from .verify import run_verify
 
 CHAT = "demo/chat"

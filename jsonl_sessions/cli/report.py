@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from .format import size as fmt_size
+from .output import size as fmt_size
 
 #: The progress bar appears (on a terminal) from this many sessions on.
 PROGRESS_MIN_SESSIONS = 50

@@ -42,10 +42,9 @@ from ..jsonl.lines import BOM, iter_lines_forward
 from ..jsonl.store import SessionStore, clear_leftovers
 from ..keys import is_hashed, key_to_stem, stem_to_key
 from ..location import ENV_ROOT, resolve_root
-from . import sqlite as sqlite_cli
-from .common import EXIT_FAILURE, EXIT_OK, UsageError, is_sqlite, json_out, open_sqlite, out
-from .format import clean
-from .format import size as fmt_size
+from .commands import is_sqlite, open_sqlite, run_sqlite_verify
+from .output import EXIT_FAILURE, EXIT_OK, UsageError, clean, json_out, out
+from .output import size as fmt_size
 from .report import LABELS, Finding, Progress, Report
 
 BLOCK = 1 << 20
@@ -60,7 +59,7 @@ FIXABLE = frozenset({"temp-file", "orphan-sidecar", "pending-record", "odd-count
 def cmd_verify(args: argparse.Namespace) -> int:
     """``verify [KEY...]`` on the root the arguments name."""
     if is_sqlite(args):
-        return sqlite_cli.run_verify(open_sqlite(args), args.keys or None, as_json=args.json)
+        return run_sqlite_verify(open_sqlite(args), args.keys or None, as_json=args.json)
     return run_verify(resolve_root(args.root), args.keys or None, as_json=args.json, fix=args.fix,
                       lock_timeout=args.lock_timeout)
 

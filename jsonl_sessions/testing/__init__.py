@@ -14,16 +14,17 @@ own :class:`~jsonl_sessions.SessionStore` does, with the same tools:
 - :mod:`~jsonl_sessions.testing.strategies`: session keys (hostile ones included),
   messages, compaction markers, tool call / result pairs.
 - :class:`SessionStoreContract` (``contract.py``): a pytest mixin whose tests cover the
-  error contract of every method; subclass it and define a ``store`` fixture.
+  error contract of every method, each call built from the protocol; subclass it and
+  define a ``store`` fixture.
 - :class:`MemorySessionStore` (``memory.py``): an in-memory implementation of the whole
   API built on the reference model, passing the same harness; a test double.
-- :class:`JsonlFileDamage` (``files.py``): the ``damage`` / ``storage`` capability for
-  stores in the JSONL file layout.
-- :class:`FaultInjector` and :func:`fault_loop` (``faults.py``): make the Nth OS call of
-  a kind fail (or kill the process) through the store's one platform seam, and run a
-  mutation with the failure point advanced one by one.
-- :func:`check_power_loss` (``powerloss.py``): simulated power loss over the recorded
-  writes and syncs of a workload.
+- ``faults.py``, what goes wrong beneath a store: :class:`FaultInjector` and
+  :func:`fault_loop` make the Nth OS call of a kind fail (or kill the process) through
+  the store's one platform seam, and run a mutation with the failure point advanced one
+  by one; :class:`JsonlFileDamage` is the ``damage`` / ``storage`` capability for stores
+  in the JSONL file layout; :func:`check_power_loss` simulates power loss over the
+  recorded writes and syncs of a workload.
+- ``pgserver.py``: a throwaway PostgreSQL server for tests and benchmarks.
 
 Needs the test extra (hypothesis and pytest): ``pip install 'jsonl-sessions[test]'``.
 """
@@ -41,11 +42,18 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
 
 from . import strategies
 from .contract import SessionStoreContract
-from .faults import ERRNOS, KINDS, FaultInjector, FaultLoopReport, fault_loop
-from .files import JsonlFileDamage
+from .faults import (
+    ERRNOS,
+    KINDS,
+    FaultInjector,
+    FaultLoopReport,
+    JsonlFileDamage,
+    PowerLossReport,
+    check_power_loss,
+    fault_loop,
+)
 from .machine import ManualClock, make_state_machine
 from .memory import MemorySessionStore
-from .powerloss import PowerLossReport, check_power_loss
 from .reference import ReferenceStore
 
 __all__ = [

@@ -13,8 +13,8 @@ Subclass :class:`SessionStoreContract` in a test module, named ``Test...``, and 
 
 The methods are not restated here: :data:`KEYED_METHODS`, :data:`ON_MISSING` and
 :data:`WRITERS` are generated from the backend protocol
-(:class:`~jsonl_sessions.protocol.SessionBackend`, see
-:mod:`~jsonl_sessions.testing.calls`), and the case tables name protocol methods and
+(:class:`~jsonl_sessions.protocol.SessionBackend`, see :func:`call` and
+:func:`on_missing`), and the case tables name protocol methods and
 parameters, so a store is held to the protocol's contract method by method.
 
 Every test calls one method the wrong way (an invalid key, a missing session, a message
@@ -37,8 +37,11 @@ it, as fsspec's and zarr's abstract suites do):
 
 from __future__ import annotations
 
+import inspect
 import math
+import re
 import threading
+import typing
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -57,15 +60,172 @@ from ..errors import (
     SessionNotFoundError,
 )
 from ..ids import decode, encode
-from ..protocol import SessionBackend
+from ..protocol import SessionBackend, backend_methods
 from ..types import SessionQuery
-from .calls import KEY, OTHER, call, keyed_methods, on_missing, signature, write, writers
-from .files import JsonlFileDamage
+from .faults import JsonlFileDamage
 
+# -- calls built from the protocol ------------------------------------------------------------
+# The mixin does not restate the methods of a store: it reads them from the protocol
+# (:func:`~jsonl_sessions.protocol.backend_methods`), builds each call from the method's
+# signature with a valid sample value per parameter name (:data:`SAMPLES`), and derives
+# what a method does on a missing session from its documented contract: ``:raises
+# SessionNotFoundError:`` in its docstring, "creating" the session, or else the empty value
+# of its return type (``[]``, ``False``, ``0``, ``None``). A method added to the protocol
+# is covered without a change here, or :func:`check_samples` names the parameter that
+# needs a sample.
+KEY = "contract"
+OTHER = "other \U0001f99c"
+#: The parameters that name a session.
+KEY_PARAMETERS = ("key", "source", "target")
+
+#: A valid value for every parameter of the protocol's methods, by name (``target``: a
+#: session that does not exist yet; the other keys: :data:`KEY`).
+SAMPLES: dict[str, Any] = {
+    "key": KEY,
+    "source": KEY,
+    "target": "fork target",
+    "message": {"role": "user", "content": "x"},
+    "messages": [{"role": "user", "content": "x"}],
+    "breadcrumb_present": True,
+    "message_id": "0" * 26,
+    "up_to_message_id": "0" * 26,
+    "name": "n",
+    "agent_alias": "a",
+    "old_alias": "planner",
+    "new_alias": "coder",
+    "present": True,
+    "context": {"a": "b"},
+    "principal_id": "alice",
+    "owner_principal_id": "alice",
+    "state": "running",
+    "turn_id": "t1",
+    "ttl_hours": 10**6,
+    "threshold_secs": 10**6,
+    "query": SessionQuery("x"),
+}
+
+#: What a method returns on a missing session when it neither raises nor creates it,
+#: by its return type (the origin of an annotation, or None for an optional one).
+_EMPTY: dict[Any, Any] = {list: [], bool: False, int: 0}
+
+
+def signature(method: str) -> inspect.Signature:
+    """The protocol's signature of ``method`` (annotations resolved)."""
+    fn = getattr(SessionBackend, method)
+    return inspect.signature(fn, eval_str=True)
+
+
+def call(store: Any, method: str, **given: Any) -> Any:
+    """``store.<method>(...)`` with ``given`` arguments and :data:`SAMPLES` for the other
+    required ones (optional keyword-only ones keep their defaults)."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for name, p in signature(method).parameters.items():
+        if name == "self":
+            continue
+        if name not in given and p.default is not inspect.Parameter.empty:
+            continue
+        value = given[name] if name in given else SAMPLES[name]
+        if p.kind is inspect.Parameter.KEYWORD_ONLY:
+            kwargs[name] = value
+        else:
+            args.append(value)
+    return getattr(store, method)(*args, **kwargs)
+
+
+def key_parameters(method: str) -> list[str]:
+    return [name for name in signature(method).parameters if name in KEY_PARAMETERS]
+
+
+def keyed_methods() -> dict[str, Callable[[Any, str], Any]]:
+    """Every protocol method taking a session key, once per key parameter (labelled
+    ``method(param)`` when it has several), called with that key."""
+    out: dict[str, Callable[[Any, str], Any]] = {}
+    for method in backend_methods():
+        params = key_parameters(method)
+        for param in params:
+            label = method if len(params) == 1 else f"{method}({param})"
+            out[label] = _keyed(method, param)
+    return out
+
+
+def _keyed(method: str, param: str) -> Callable[[Any, str], Any]:
+    def keyed(store: Any, key: str) -> Any:
+        return call(store, method, **{param: key})
+
+    return keyed
+
+
+def _raises_not_found(method: str, param: str) -> bool:
+    """Whether the docstring documents SessionNotFoundError for a missing ``param``."""
+    doc = inspect.getdoc(getattr(SessionBackend, method)) or ""
+    found = re.search(r":raises SessionNotFoundError:([^:]*)", doc)
+    if found is None:
+        return False
+    named = re.findall(r"``(\w+)``", found.group(1))
+    return not named or param in named
+
+
+def _creates(method: str, param: str) -> bool:
+    """Whether the docstring says the call creates the session (or refers to one that does)."""
+    doc = inspect.getdoc(getattr(SessionBackend, method)) or ""
+    if f"create ``{param}``" in doc or "creating" in doc:
+        return True
+    same = re.search(r"The same as :meth:`(\w+)`", doc)
+    return same is not None and _creates(same.group(1), param)
+
+
+def on_missing() -> dict[str, Any]:
+    """What each keyed method (labelled as in :func:`keyed_methods`) does on a missing
+    session: the exception class it raises, or the value it returns. Methods that create
+    the session are left out."""
+    out: dict[str, Any] = {}
+    for method in backend_methods():
+        params = key_parameters(method)
+        returns = signature(method).return_annotation
+        for param in params:
+            label = method if len(params) == 1 else f"{method}({param})"
+            if _raises_not_found(method, param):
+                out[label] = SessionNotFoundError
+            elif not _creates(method, param):
+                out[label] = _empty_value(returns, label)
+    return out
+
+
+def _empty_value(annotation: Any, label: str) -> Any:
+    if type(None) in typing.get_args(annotation):
+        return None
+    origin = typing.get_origin(annotation) or annotation
+    if origin not in _EMPTY:
+        raise TypeError(f"{label}: no empty value known for a missing session returning {annotation!r}")
+    return _EMPTY[origin]
+
+
+def writers() -> list[str]:
+    """The protocol methods that write messages (a ``message`` or ``messages`` parameter)."""
+    return [m for m in backend_methods() if {"message", "messages"} & set(signature(m).parameters)]
+
+
+def write(store: Any, method: str, key: str, bad: Any) -> Any:
+    """Write ``bad`` with ``method``: alone, or after a good message in a batch."""
+    if "messages" in signature(method).parameters:
+        return call(store, method, key=key, messages=[{"role": "user", "content": "good"}, bad])
+    return call(store, method, key=key, message=bad)
+
+
+def check_samples() -> None:
+    """Every parameter of every protocol method that has no default has a sample."""
+    for method in backend_methods():
+        for name, p in signature(method).parameters.items():
+            if name != "self" and p.default is inspect.Parameter.empty and name not in SAMPLES:
+                raise AssertionError(f"{method}: no sample value for parameter {name!r} (add it to SAMPLES)")
+
+
+# -- the contract's tables -------------------------------------------------------------------
 Call = Callable[[Any, str], Any]
 
 #: Every protocol method that takes a session key, called with ``key`` (and valid other
-#: arguments), generated from the protocol (see :mod:`~jsonl_sessions.testing.calls`).
+#: arguments), generated from the protocol (see :func:`keyed_methods`).
 KEYED_METHODS: dict[str, Call] = keyed_methods()
 
 #: What each keyed method does on a missing session (a value, or the exception it
@@ -572,5 +732,7 @@ def _below(message_id: str) -> str:
     return encode(value - 1) if value else "0"
 
 
-__all__ = ["BAD_LISTING", "BAD_MESSAGES", "BAD_METADATA", "BAD_READS", "KEYED_METHODS", "ON_MISSING", "WRITERS",
-           "JsonlFileDamage", "SessionStoreContract", "covered_methods", "run_case", "snapshot"]
+__all__ = ["BAD_LISTING", "BAD_MESSAGES", "BAD_METADATA", "BAD_READS", "KEY", "KEYED_METHODS", "KEY_PARAMETERS",
+           "ON_MISSING", "OTHER", "SAMPLES", "WRITERS", "JsonlFileDamage", "SessionStoreContract", "call",
+           "check_samples", "covered_methods", "keyed_methods", "on_missing", "run_case", "signature", "snapshot",
+           "write", "writers"]

@@ -1,4 +1,8 @@
-"""Rendering for the ``jsonl-sessions`` command: messages, tables, sizes, times.
+"""What ``jsonl-sessions`` tells its caller: exit statuses, the failures that become one
+line on stderr, and every rendering (messages, session tables, sizes, times, JSON).
+
+Commands raise :class:`UsageError` (exit status 2), :class:`CliError` or the store's
+errors (1); :func:`jsonl_sessions.cli.main` turns each into one line on stderr.
 
 Everything printed for people goes through :func:`clean`, which makes control characters
 visible (``\\x1b`` and friends), so a message holding terminal escape sequences cannot
@@ -8,7 +12,9 @@ repaint or hijack the terminal that shows it. Machine outputs (``--json``, ``--n
 
 from __future__ import annotations
 
+import argparse
 import shutil
+import sys
 import textwrap
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
@@ -17,6 +23,18 @@ from typing import Any
 import orjson
 
 from ..types import ChatMessage, SessionMetadata
+
+PROG = "jsonl-sessions"
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """A usage error (exit status 2)."""
+
+
+class CliError(Exception):
+    """A failure to report as one line (exit status 1)."""
+
 
 #: C0 controls but newline and tab, DEL, and C1 controls (0x80-0x9f: 0x9b is a CSI).
 _CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c not in (0x09, 0x0A)}
@@ -205,3 +223,59 @@ def metadata_json(md: SessionMetadata) -> dict[str, Any]:
         "parent": md.parent,
         "fork_point": md.fork_point,
     }
+
+
+# -- writing to stdout and stderr -----------------------------------------------------------
+def out(text: str = "") -> None:
+    """One line on stdout."""
+    sys.stdout.write(text + "\n")
+
+
+def err(text: str) -> None:
+    """One line on stderr, ``jsonl-sessions: text``, control characters made visible."""
+    sys.stderr.write(f"{PROG}: {clean(text, one_line=True)}\n")
+
+
+def json_out(value: Any) -> None:
+    """``value`` as indented JSON on stdout."""
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode("utf-8"))
+
+
+def nl_out(values: Iterable[Any]) -> None:
+    """Each value as one line of JSON on stdout."""
+    for value in values:
+        sys.stdout.write(orjson.dumps(value, option=orjson.OPT_APPEND_NEWLINE).decode("utf-8"))
+
+
+class Printer:
+    """Prints messages readable (header + wrapped text, a blank line between) or as raw
+    JSON lines; flushes after each batch when following."""
+
+    def __init__(self, raw: bool, width: int | None, flush: bool = False) -> None:
+        self.raw = raw
+        self.width = terminal_width() if width is None else width
+        self.flush = flush
+        self.count = 0
+
+    def __call__(self, messages: Iterable[ChatMessage]) -> None:
+        for m in messages:
+            if self.raw:
+                sys.stdout.write(message_json(m).decode("utf-8") + "\n")
+            else:
+                sys.stdout.write(("\n" if self.count else "") + render_message(m, self.width) + "\n")
+            self.count += 1
+        if self.flush:
+            sys.stdout.flush()
+
+
+def sessions_out(args: argparse.Namespace, sessions: list[SessionMetadata], empty: str) -> None:
+    """A list of sessions as ``--json``, ``--nl`` or a table; ``empty`` on stderr when none."""
+    if args.json:
+        json_out([metadata_json(md) for md in sessions])
+    elif args.nl:
+        nl_out(metadata_json(md) for md in sessions)
+    elif not sessions:
+        err(empty)
+    else:
+        for line in table(COLUMNS, [metadata_row(md) for md in sessions], numeric=(2, 3)):
+            out(line)
