@@ -35,15 +35,21 @@ def test_readme_example_runs_and_keeps_its_promises(
     assert messages[0].id < messages[1].id
 
 
-def test_readme_gives_exactly_the_two_setup_commands_and_ci_runs_the_test_ones() -> None:
+def test_readme_gives_exactly_the_two_setup_commands_and_ci_runs_the_test_and_lint_ones() -> None:
     text = README.read_text(encoding="utf-8")
     commands = re.findall(r"```sh\n(.*?)```", text, re.DOTALL)
     assert len(commands) == 2 and "jsonl-sessions demo" in commands[0]
-    steps = [part.strip() for part in re.split(r"&&|\n", commands[1]) if part.strip().startswith(".venv/bin/")]
-    runs = [step.removeprefix(".venv/bin/python ") for step in steps if step.startswith(".venv/bin/python -m ")]
+    assert len(commands[1].strip().splitlines()) == 1  # install and test in one line
+    steps = [part.strip() for part in commands[1].split("&&")]
+    assert steps[1] == ".venv/bin/pip install '.[test]'" and steps[2] == ".venv/bin/python -m pytest -q"
+    lint = re.search(r"Lint, as CI: `\.venv/bin/pip install '\.\[lint\]'`, then\n`(.*?)`", text)
+    assert lint
+    runs = [step.strip().removeprefix(".venv/bin/python ") for step in [steps[2], *lint.group(1).split("&&")]]
     assert runs == ["-m pytest -q", "-m mypy jsonl_sessions", "-m ruff check jsonl_sessions"]
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     ci_runs = re.findall(r'^"\$venv/bin/python" (-m (?:pytest|mypy|ruff)\b.*)$', ci, re.MULTILINE)
-    assert ci_runs == runs  # the same test commands, in the same order
-    extras = re.findall(r"pip install '(\.\[[a-z,]+\])'", commands[1])
-    assert extras and f'pip install --quiet "{extras[0]}"' in ci  # installed with the same extras
+    assert ci_runs == runs  # the same test and lint commands, in the same order
+    # CI installs the README's extras plus the SDKs, and a missing SDK fails there instead of skipping.
+    assert "pip install '.[test-integrations]'" in text
+    assert 'pip install --quiet ".[test,test-integrations,lint]"' in ci
+    assert re.search(r"^export JSONL_SESSIONS_REQUIRE_INTEGRATIONS=1\b", ci, re.MULTILINE)

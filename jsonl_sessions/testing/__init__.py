@@ -25,7 +25,7 @@ own :class:`~jsonl_sessions.SessionStore` does, with the same tools:
 - :func:`check_power_loss` (``powerloss.py``): simulated power loss over the recorded
   writes and syncs of a workload.
 
-Needs the test extra (hypothesis and pytest): ``pip install 'jsonl-sessions[test]'``.
+Needs the testing extra (hypothesis and pytest): ``pip install 'jsonl-sessions[testing]'``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "jsonl_sessions.testing needs hypothesis and pytest; install them with: "
-        "pip install 'jsonl-sessions[test]'"
+        "pip install 'jsonl-sessions[testing]'"
     ) from _exc
 
 from . import strategies
