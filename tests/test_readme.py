@@ -53,3 +53,25 @@ def test_readme_gives_exactly_the_two_setup_commands_and_ci_runs_the_test_and_li
     assert "pip install '.[test-integrations]'" in text
     assert 'pip install --quiet ".[test,test-integrations,lint]"' in ci
     assert re.search(r"^export JSONL_SESSIONS_REQUIRE_INTEGRATIONS=1\b", ci, re.MULTILINE)
+
+
+def test_every_install_line_of_the_docs_works_in_a_checkout() -> None:
+    """The package is not on PyPI: an install line names the checkout (``.``, with extras
+    that exist), never ``jsonl-sessions[...]`` from an index (only as a ``<extra>`` pattern)."""
+    root = README.parent
+    pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
+    section = pyproject.split("[project.optional-dependencies]\n", 1)[1].split("\n[", 1)[0]
+    extras = set(re.findall(r"^([a-z-]+) = \[", section, re.MULTILINE))
+    assert {"openai-agents", "postgres", "testing", "test", "test-integrations", "lint"} <= extras
+    docs = [README, *sorted((root / "docs").glob("*.md")), root / "benchmarks" / "README.md"]
+    lines = [(doc.name, target) for doc in docs
+             for target in re.findall(r"pip install (?:-e |--quiet )*('[^']*'|[^\s`)]+)", doc.read_text(encoding="utf-8"))]
+    assert len(lines) > 15
+    for doc, target in lines:
+        target = target.strip("'`")
+        if target == "jsonl-sessions[<extra>]":
+            continue
+        named = re.fullmatch(r"\.(?:\[([\w,<>-]+)\])?", target)
+        assert named, f"{doc}: pip install {target} does not install from the checkout"
+        for extra in (named.group(1) or "").split(","):
+            assert not extra or extra == "<extra>" or extra in extras, f"{doc}: no extra {extra!r}"
