@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import http.server
+import json
+import os
 import pathlib
 import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from _sdk import require
 
 from jsonl_sessions import SessionStore
 
@@ -75,3 +85,77 @@ def test_every_install_line_of_the_docs_works_in_a_checkout() -> None:
         assert named, f"{doc}: pip install {target} does not install from the checkout"
         for extra in (named.group(1) or "").split(","):
             assert not extra or extra == "<extra>" or extra in extras, f"{doc}: no extra {extra!r}"
+
+
+def _readme_block(marker: str) -> str:
+    """The README's ```py block that contains ``marker``."""
+    blocks = [b for b in re.findall(r"```py\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL) if marker in b]
+    assert len(blocks) == 1, marker
+    return blocks[0]
+
+
+class _ResponsesApi(http.server.BaseHTTPRequestHandler):
+    """The OpenAI Responses endpoint, on loopback: each POST /v1/responses is answered with
+    the SDK's own scripted assistant message (``agents.testing.assistant_message``)."""
+
+    requests: list[dict[str, Any]] = []
+    answer = "San Francisco."
+
+    def do_POST(self) -> None:  # noqa: N802 - the http.server hook
+        from agents.testing import assistant_message
+
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append({"path": self.path, **body})
+        usage = {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2,
+                 "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
+        response = {"id": f"resp_{len(self.requests)}", "object": "response", "created_at": 0, "model": body["model"],
+                    "status": "completed", "output": [assistant_message(self.answer).model_dump(mode="json")],
+                    "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "usage": usage}
+        data = json.dumps(response).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+        pass
+
+
+@pytest.fixture
+def responses_api() -> Iterator[str]:
+    """The base URL of a local Responses API (no network); its requests in ``_ResponsesApi.requests``."""
+    _ResponsesApi.requests = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ResponsesApi)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_readme_openai_agents_script_runs_as_written(tmp_path: pathlib.Path, responses_api: str) -> None:
+    """The README's OpenAI Agents SDK script, unchanged, in a child process: the SDK's own
+    OpenAI model, pointed by the OpenAI client's environment at a local Responses API."""
+    require("agents")
+    from jsonl_sessions.integrations.openai_agents import JsonlSession
+
+    script = tmp_path / "example.py"
+    script.write_text(_readme_block("from agents import"), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.upper().endswith("_PROXY") and not k.startswith("OPENAI_")}
+    env.update(OPENAI_API_KEY="sk-test", OPENAI_BASE_URL=responses_api, OPENAI_AGENTS_DISABLE_TRACING="1",
+               NO_PROXY="127.0.0.1")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[0] == _ResponsesApi.answer
+    [request] = _ResponsesApi.requests  # one model call, with the question
+    assert request["path"] == "/v1/responses" and "Where is the Golden Gate Bridge?" in json.dumps(request["input"])
+
+    items = asyncio.run(JsonlSession("user-42", tmp_path / "sessions").get_items())
+    assert [item.get("role") for item in items] == ["user", "assistant"]
+    assert items[0]["content"] == "Where is the Golden Gate Bridge?"
+    assert items[1]["content"][0]["text"] == _ResponsesApi.answer
+    assert str(items) in done.stdout  # what the script printed is what the session holds
