@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import importlib
+import importlib.util
 import http.server
 import json
 import os
@@ -159,3 +162,30 @@ def test_readme_openai_agents_script_runs_as_written(tmp_path: pathlib.Path, res
     assert items[0]["content"] == "Where is the Golden Gate Bridge?"
     assert items[1]["content"][0]["text"] == _ResponsesApi.answer
     assert str(items) in done.stdout  # what the script printed is what the session holds
+
+
+ADAPTER_SNIPPETS = {  # the README's adapter examples: the SDK each needs
+    "integrations.langchain import": "langchain_core",
+    "integrations.claude_agent_sdk import": "claude_agent_sdk",
+    "integrations.langgraph import": "langgraph",
+    "integrations.google_adk import": "google.adk",
+    "integrations.llama_index import": "llama_index.core",
+    "integrations.agent_framework import": "agent_framework",
+}
+
+
+@pytest.mark.parametrize("marker", sorted(ADAPTER_SNIPPETS))
+def test_readme_adapter_snippet_compiles_and_its_imports_exist(marker: str) -> None:
+    """The other adapter examples use the caller's model, graph or agent, so they are not
+    run; each compiles (await allowed at top level, as in a notebook) and every name it
+    imports exists in the installed framework."""
+    require(ADAPTER_SNIPPETS[marker])
+    code = _readme_block(marker)
+    tree = compile(code, str(README), "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    imports = [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    assert imports and any(node.module and node.module.startswith("jsonl_sessions.") for node in imports)
+    for node in imports:
+        assert node.module
+        module = importlib.import_module(node.module)
+        for alias in node.names:
+            assert hasattr(module, alias.name) or importlib.util.find_spec(f"{node.module}.{alias.name}"), alias.name
