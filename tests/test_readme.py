@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import http.server
 import importlib
 import importlib.util
-import http.server
 import json
 import os
 import pathlib
@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from _sdk import require
@@ -92,7 +92,8 @@ def test_every_install_line_of_the_docs_works_in_a_checkout() -> None:
 
 def _readme_block(marker: str) -> str:
     """The README's ```py block that contains ``marker``."""
-    blocks = [b for b in re.findall(r"```py\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL) if marker in b]
+    text = README.read_text(encoding="utf-8")
+    blocks: list[str] = [b for b in re.findall(r"```py\n(.*?)```", text, re.DOTALL) if marker in b]
     assert len(blocks) == 1, marker
     return blocks[0]
 
@@ -101,10 +102,10 @@ class _ResponsesApi(http.server.BaseHTTPRequestHandler):
     """The OpenAI Responses endpoint, on loopback: each POST /v1/responses is answered with
     the SDK's own scripted assistant message (``agents.testing.assistant_message``)."""
 
-    requests: list[dict[str, Any]] = []
+    requests: ClassVar[list[dict[str, Any]]] = []
     answer = "San Francisco."
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server hook
+    def do_POST(self) -> None:
         from agents.testing import assistant_message
 
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -121,7 +122,7 @@ class _ResponsesApi(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -157,7 +158,7 @@ def test_readme_openai_agents_script_runs_as_written(tmp_path: pathlib.Path, res
     [request] = _ResponsesApi.requests  # one model call, with the question
     assert request["path"] == "/v1/responses" and "Where is the Golden Gate Bridge?" in json.dumps(request["input"])
 
-    items = asyncio.run(JsonlSession("user-42", tmp_path / "sessions").get_items())
+    items: list[Any] = asyncio.run(JsonlSession("user-42", tmp_path / "sessions").get_items())
     assert [item.get("role") for item in items] == ["user", "assistant"]
     assert items[0]["content"] == "Where is the Golden Gate Bridge?"
     assert items[1]["content"][0]["text"] == _ResponsesApi.answer
