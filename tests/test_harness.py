@@ -453,4 +453,4 @@ def test_import_guard_names_the_extra(missing_module: str) -> None:
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    assert "pip install 'jsonl-sessions[test]'" in done.stdout
+    assert "pip install 'jsonl-sessions[testing]'" in done.stdout

@@ -15,6 +15,7 @@ import pathlib
 from typing import Any
 
 import pytest
+from _sdk import require
 
 from jsonl_sessions import SessionExistsError, SessionQuery, SessionStore
 from jsonl_sessions.cli import main
@@ -114,7 +115,7 @@ def test_import_claude_code_project_with_subagents(store: SessionStore, claude_p
 
 def test_imported_claude_session_is_what_the_sdk_adapter_resumes(store: SessionStore,
                                                                  claude_project: pathlib.Path) -> None:
-    pytest.importorskip("claude_agent_sdk")
+    require("claude_agent_sdk")
     import asyncio
 
     from claude_agent_sdk import get_session_messages_from_store
@@ -134,7 +135,7 @@ def test_imported_claude_session_is_what_the_sdk_adapter_resumes(store: SessionS
 
 def test_import_stores_what_the_sdks_own_import_stores(tmp_path: pathlib.Path, claude_project: pathlib.Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("claude_agent_sdk")
+    require("claude_agent_sdk")
     import asyncio
 
     from claude_agent_sdk import import_session_to_store
@@ -154,7 +155,7 @@ def test_import_stores_what_the_sdks_own_import_stores(tmp_path: pathlib.Path, c
 
 def sdk_read(config: pathlib.Path, monkeypatch: pytest.MonkeyPatch, session_id: str) -> list[Any]:
     """What the Claude Agent SDK reads (as on resume) from ``config``'s project -work-app."""
-    pytest.importorskip("claude_agent_sdk")
+    require("claude_agent_sdk")
     from claude_agent_sdk import get_session_messages
 
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config))
@@ -284,7 +285,7 @@ def test_import_codex_rollout(store: SessionStore, tmp_path: pathlib.Path) -> No
 
 def test_imported_codex_items_read_back_exactly_through_the_agents_sdk_adapter(store: SessionStore,
                                                                                 tmp_path: pathlib.Path) -> None:
-    pytest.importorskip("agents")
+    require("agents")
     import asyncio
 
     from jsonl_sessions.integrations.openai_agents import JsonlSession

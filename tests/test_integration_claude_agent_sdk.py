@@ -32,11 +32,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import anyio
 import pytest
 from _child import child_env
+from _sdk import require
 
-pytest.importorskip("claude_agent_sdk")  # only a guard: the test extra installs it, so CI runs this file
+require("claude_agent_sdk", "trio")  # skips without the test-integrations extra (fails in CI)
+
+import anyio  # the SDK's own dependency
 
 from claude_agent_sdk import (
     get_session_messages_from_store,

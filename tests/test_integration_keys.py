@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _sdk import require
 
-for _framework in ("agents", "langchain_core", "claude_agent_sdk", "langgraph", "google.adk", "llama_index.core",
-                   "agent_framework"):
-    pytest.importorskip(_framework)  # only a guard: the test extra installs every framework
+# skips without the test-integrations extra (fails in CI)
+require("agents", "langchain_core", "claude_agent_sdk", "langgraph", "google.adk", "llama_index.core", "agent_framework")
 
 from agent_framework import Message
 from google.adk.sessions import BaseSessionService

@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 from _child import child_env
+from _sdk import require
 
-pytest.importorskip("langchain_core")  # only a guard: the test extra installs langchain-core, so CI runs this file
+require("langchain_core")  # skips without the test-integrations extra (fails in CI)
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.language_models.fake_chat_models import FakeListChatModel

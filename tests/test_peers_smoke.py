@@ -1,8 +1,8 @@
 """The peers benchmark (benchmarks/peers.py) runs end to end on tiny sizes with whatever
-peers this environment has, and skips the others with a note. CI's test extra has
-openai-agents and langchain-core but not langchain-community, llama-index-core or
-matplotlib (the bench extra), so there the LangChain and llama-index peers and the chart
-are skipped; the SIGKILL comparison runs one real kill of our store. No timing checks:
+peers this environment has, and skips the others with a note. CI's test extras have
+openai-agents and langchain-core but not langchain-community or matplotlib (the bench
+extra), so there the LangChain peer and the chart are skipped; the SIGKILL comparison
+runs one real kill of our store. No timing checks:
 benchmarks are measurements, never a gate."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_tiny_run_times_every_installed_peer_and_kills_our_store(
     skipped = set(data["skipped"])
     assert ALWAYS <= timed
     assert timed | skipped == set(peers.IMPLS) and not timed & skipped
-    # The test extra installs openai-agents: its peer must run, not be skipped.
+    # An installed openai-agents (the test-integrations extra) must be timed, not skipped.
     assert ("openai_agents" in timed) == has("agents")
     assert ("langchain" in timed) == has("langchain_community")
     if not has("llama_index.core"):

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from _backends import assert_database_backend
 from _pg import PgServer
+from _sdk import require
 
 
 def _store(server: PgServer, **options: Any) -> Any:
@@ -33,7 +34,7 @@ def test_the_postgres_store_is_a_backend_with_the_contracts_signatures(pg_server
 
 
 def test_langgraph_conformance_suite_over_postgres(pg_server: PgServer) -> None:
-    pytest.importorskip("langgraph.checkpoint.conformance")
+    require("langgraph.checkpoint.conformance")
     from langgraph.checkpoint.conformance import checkpointer_test, validate
 
     from jsonl_sessions.integrations.langgraph import JsonlCheckpointSaver
@@ -59,7 +60,7 @@ def test_langgraph_conformance_suite_over_postgres(pg_server: PgServer) -> None:
 def test_claude_agent_sdk_conformance_over_postgres(pg_server: PgServer) -> None:
     """The Claude Agent SDK's own ``run_session_store_conformance``, unmodified, on a
     ``JsonlSessionStore`` whose backend is a PostgreSQL schema (one per contract)."""
-    pytest.importorskip("claude_agent_sdk")
+    require("claude_agent_sdk")
     from claude_agent_sdk.testing import run_session_store_conformance
 
     from jsonl_sessions.integrations.claude_agent_sdk import JsonlSessionStore

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from _backends import assert_database_backend
+from _sdk import require
 
 from jsonl_sessions import AsyncSessionStore, SessionStore
 from jsonl_sessions.sqlite import SqliteSessionStore
@@ -40,7 +41,7 @@ def test_async_facade_over_sqlite(tmp_path: pathlib.Path) -> None:
 
 
 def test_openai_agents_session_over_sqlite(tmp_path: pathlib.Path) -> None:
-    pytest.importorskip("agents")
+    require("agents")
     from agents import Agent, RunConfig, Runner, function_tool
     from agents.testing import ScriptedModel, assistant_message, function_call
 
@@ -75,7 +76,7 @@ def test_openai_agents_session_over_sqlite(tmp_path: pathlib.Path) -> None:
 
 
 def test_langchain_history_over_sqlite(tmp_path: pathlib.Path) -> None:
-    pytest.importorskip("langchain_core")
+    require("langchain_core")
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
     from jsonl_sessions.integrations.langchain import JsonlChatMessageHistory
@@ -100,7 +101,7 @@ def test_langchain_history_over_sqlite(tmp_path: pathlib.Path) -> None:
 def test_claude_agent_sdk_conformance_over_sqlite(tmp_path: pathlib.Path) -> None:
     """The Claude Agent SDK's own ``run_session_store_conformance``, unmodified, on a
     ``JsonlSessionStore`` whose backend is a SQLite file (one fresh file per contract)."""
-    pytest.importorskip("claude_agent_sdk")
+    require("claude_agent_sdk")
     from claude_agent_sdk.testing import run_session_store_conformance
 
     from jsonl_sessions.integrations.claude_agent_sdk import JsonlSessionStore

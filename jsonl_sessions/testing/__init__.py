@@ -26,7 +26,7 @@ own :class:`~jsonl_sessions.SessionStore` does, with the same tools:
   recorded writes and syncs of a workload.
 - ``pgserver.py``: a throwaway PostgreSQL server for tests and benchmarks.
 
-Needs the test extra (hypothesis and pytest): ``pip install 'jsonl-sessions[test]'``.
+Needs the testing extra (hypothesis and pytest): ``pip install 'jsonl-sessions[testing]'``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError(
         "jsonl_sessions.testing needs hypothesis and pytest; install them with: "
-        "pip install 'jsonl-sessions[test]'"
+        "pip install 'jsonl-sessions[testing]'"
     ) from _exc
 
 from . import strategies
