@@ -1,6 +1,6 @@
 """The database side of ``jsonl-sessions``: ``migrate`` between the backends (JSONL,
 SQLite, PostgreSQL), and the
-``verify``, ``repair`` and ``stats`` commands on a SQLite store (the other commands work
+``repair`` and ``stats`` commands on a SQLite store (the other commands work
 on either backend through the same API).
 
 A root is a SQLite store with ``--backend sqlite``, or with the default ``--backend auto``
@@ -20,10 +20,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from ..errors import SessionNotFoundError
-from ..sqlite import SqliteSessionStore, VerifyReport, migrate
+from ..sqlite import SqliteSessionStore, migrate
 from ..sqlite.migrate import Store as AnyStore
-from ..sqlite.verify import KINDS
 from .common import EXIT_FAILURE, EXIT_OK, PROG, Store, UsageError, err, is_sqlite_path, json_out, open_path, out
 from .format import clean, short, when
 from .format import size as fmt_size
@@ -102,37 +100,6 @@ def _kind(store: AnyStore) -> str:
     if isinstance(store, SqliteSessionStore):
         return "SQLite file"
     return "JSONL directory" if isinstance(store, Store) else "PostgreSQL store"
-
-
-# -- verify -----------------------------------------------------------------------------------
-def run_verify(store: SqliteSessionStore, keys: list[str] | None, *, as_json: bool = False) -> int:
-    """``verify`` on a SQLite store: ``PRAGMA integrity_check`` and the store's invariants
-    (see :mod:`jsonl_sessions.sqlite.verify`); only the findings about ``keys`` (and the
-    file as a whole) when given. Exit status 0 healthy, 1 problems found."""
-    if keys:
-        missing = [k for k in keys if not store.session_exists(k)]
-        if missing:
-            raise SessionNotFoundError(key=missing[0])
-    report = store.verify()
-    findings = [f for f in report.findings if not keys or f.key is None or f.key in keys]
-    if as_json:
-        json_out({"path": report.path, "ok": not findings, "sessions": report.sessions,
-                  "messages": report.messages, "problems": [
-                      {"kind": f.kind, "key": f.key, "line": f.line, "detail": f.detail} for f in findings]})
-        return EXIT_OK if not findings else EXIT_FAILURE
-    for f in findings:
-        where = "the file" if f.key is None else f"session {f.key!r}" + (f" line {f.line}" if f.line else "")
-        out(clean(f"{where}: {KINDS.get(f.kind, f.kind)}: {f.detail}", one_line=True))
-    out(_summary(report, len(findings)))
-    return EXIT_OK if not findings else EXIT_FAILURE
-
-
-def _summary(report: VerifyReport, problems: int) -> str:
-    checked = f"{report.sessions} sessions, {report.messages} messages"
-    if not problems:
-        return f"ok: {checked} in {report.path}; no problems (PRAGMA integrity_check: ok)"
-    return (f"{problems} problem{'s' if problems != 1 else ''} in {report.path}; checked {checked}. "
-            f"`{PROG} --root {report.path} repair KEY` sets a session's corrupt rows aside")
 
 
 # -- repair -----------------------------------------------------------------------------------
