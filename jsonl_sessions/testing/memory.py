@@ -433,7 +433,7 @@ class MemorySessionStore:
         ``fix`` changes nothing. Cost: O(total size)."""
         wanted = wanted_keys(keys)
         with self._model:
-            report = VerifyReport(f"memory:{self._root or ''}", "memory")
+            report = VerifyReport(self._root or ":memory:", "memory")
             for key in sorted(self._ref.sessions) if wanted is None else wanted:
                 s = self._ref.sessions.get(key)
                 if s is None:
