@@ -155,7 +155,7 @@ def _check(root: str, keys: list[str] | None, progress: Progress | None) -> Veri
             if role != "temp" and not _canonical(stem):
                 if wanted is None:
                     report.findings.append(_f("foreign", entry.name, "not a name the store makes (ignored)",
-                                                   problem=False))
+                                              problem=False))
                 continue
             if not _plain_file(report, e):
                 continue
@@ -170,7 +170,7 @@ def _check(root: str, keys: list[str] | None, progress: Progress | None) -> Veri
         found = stems.get(stem)
         if found is None or (found.transcript is None and found.sidecar is None):
             report.findings.append(_f("missing-session", stem + TRANSCRIPT_SUFFIX, "the session does not exist",
-                                           key=key))
+                                      key=key))
     total = sum(1 for s in stems.values() if s.transcript)
     for stem in sorted(stems):
         _check_stem(report, root, stem, stems[stem])
@@ -192,7 +192,7 @@ def _plain_file(report: VerifyReport, e: _Entry) -> bool:
     regular file (mode problems aside) that can be checked further."""
     if stat.S_ISLNK(e.st.st_mode):
         report.findings.append(_f("symlink", e.name, "a symlink where the store keeps its files "
-                                       "(never followed)"))
+                                  "(never followed)"))
         return False
     if not stat.S_ISREG(e.st.st_mode):
         report.findings.append(_f("not-regular", e.name, "not a regular file"))
@@ -241,10 +241,10 @@ def _check_stem(report: VerifyReport, root: str, stem: str, s: _Stem) -> None:
         report.sessions += 1
         if s.sidecar is None:
             report.findings.append(_f("missing-sidecar", s.transcript.name, f"no {stem}{SIDECAR_SUFFIX} "
-                                           "next to the transcript", key=key))
+                                      "next to the transcript", key=key))
         if key is None:
             report.findings.append(_f("unknown-key", s.transcript.name, "the session's key (a long one, "
-                                           "hashed in the file name) cannot be read from its sidecar"))
+                                      "hashed in the file name) cannot be read from its sidecar"))
     if s.sidecar is not None:
         _check_sidecar(report, root, stem, s, meta, meta_error, key)
     if s.lock is not None:
@@ -252,14 +252,14 @@ def _check_stem(report: VerifyReport, root: str, stem: str, s: _Stem) -> None:
     for temp in s.temps:
         if _lock_busy(root, stem):
             report.findings.append(_f("busy", temp.name, "temp file of a write in progress", key=key,
-                                           problem=False))
+                                      problem=False))
         else:
             report.findings.append(_f("temp-file", temp.name, f"{_bytes(temp.st.st_size)} left by an "
-                                           "interrupted write", key=key))
+                                      "interrupted write", key=key))
     for q in s.quarantine:
         report.findings.append(_f("quarantine", q.name, f"bytes saved by a repair or before a torn tail was cut "
-                                       f"({_bytes(q.st.st_size)}); delete it when no longer needed",
-                                       key=key, problem=False))
+                                  f"({_bytes(q.st.st_size)}); delete it when no longer needed",
+                                  key=key, problem=False))
 
 
 def _check_sidecar(report: VerifyReport, root: str, stem: str, s: _Stem, meta: dict[str, Any] | None,
@@ -269,10 +269,10 @@ def _check_sidecar(report: VerifyReport, root: str, stem: str, s: _Stem, meta: d
     if s.transcript is None and not os.path.lexists(os.path.join(root, stem + TRANSCRIPT_SUFFIX)):
         if _lock_busy(root, stem):
             report.findings.append(_f("busy", name, "sidecar of a session being created or deleted", key=key,
-                                           problem=False))
+                                      problem=False))
         else:
             report.findings.append(_f("orphan-sidecar", name, "a sidecar without a transcript (not a session)",
-                                           key=key))
+                                      key=key))
         return
     if meta_error is not None:
         report.findings.append(_f("corrupt-sidecar", name, meta_error, key=key))
@@ -283,10 +283,10 @@ def _check_sidecar(report: VerifyReport, root: str, stem: str, s: _Stem, meta: d
     named = stem_to_key(stem)
     if not is_hashed(stem) and written != named:
         report.findings.append(_f("key-mismatch", name, f"holds key {written!r}, the file name says "
-                                       f"{named!r}", key=named))
+                                  f"{named!r}", key=named))
     elif is_hashed(stem) and key is None:
         report.findings.append(_f("key-mismatch", name, f"holds key {written!r}, which does not hash to "
-                                       "this file name"))
+                                  "this file name"))
 
 
 def _check_lock(report: VerifyReport, root: str, stem: str, lock: _Entry, key: str | None) -> None:
@@ -322,7 +322,7 @@ def _check_lock(report: VerifyReport, root: str, stem: str, lock: _Entry, key: s
         report.findings.append(_f("pending-record", lock.name, what, key=key, offset=RECORD_OFFSET))
     if odd:
         report.findings.append(_f("odd-counter", lock.name, f"sequence counter {control.seq} is odd: an "
-                                       "in-place write did not finish", key=key, offset=8))
+                                  "in-place write did not finish", key=key, offset=8))
 
 
 # -- transcripts --------------------------------------------------------------------------
@@ -358,7 +358,7 @@ def _scan(path: str, name: str, key: str | None) -> _Scan:
                 bad += 1
                 if bad <= MAX_PER_FILE:
                     scan.findings.append(_f("corrupt-line", name, f"byte offset {offset}: "
-                                                 f"{str(exc) or type(exc).__name__}", key, number, offset))
+                                            f"{str(exc) or type(exc).__name__}", key, number, offset))
                 continue
             scan.messages += 1
             mid = record.get("id") or ""
@@ -368,19 +368,19 @@ def _scan(path: str, name: str, key: str | None) -> _Scan:
                     if disorder <= MAX_PER_FILE:
                         how = "repeats" if mid == prev_id else "is below"
                         scan.findings.append(_f("id-order", name, f"byte offset {offset}: id {mid!r} {how} "
-                                                     f"the previous id {prev_id!r}", key, number, offset))
+                                                f"the previous id {prev_id!r}", key, number, offset))
                 prev_id = mid
         if bad > MAX_PER_FILE:
             scan.findings.append(_f("corrupt-line", name, f"and {bad - MAX_PER_FILE} more corrupt lines", key))
         if disorder > MAX_PER_FILE:
             scan.findings.append(_f("id-order", name, f"and {disorder - MAX_PER_FILE} more ids out of order",
-                                         key))
+                                    key))
         torn = scan.size - scan.committed
         if torn and not (scan.bom and scan.size == len(BOM)):
             tail = _platform.pread(fd, min(torn, 4096), scan.committed)
             what = "NUL bytes (as a power loss leaves)" if not tail.strip(b"\0") else "bytes"
             scan.findings.append(_f("torn-tail", name, f"{torn} {what} after byte offset {scan.committed} "
-                                         "without a final newline", key, offset=scan.committed))
+                                    "without a final newline", key, offset=scan.committed))
         return scan
     finally:
         _platform.close(fd)
@@ -414,7 +414,7 @@ def _check_transcript(report: VerifyReport, root: str, stem: str, entry: _Entry,
     report.findings.extend(scan.findings)
     if scan.bom:
         report.findings.append(_f("bom", entry.name, "starts with a UTF-8 byte-order mark (tolerated)", key=key,
-                                       problem=False))
+                                  problem=False))
 
 
 def _bytes(n: int) -> str:
