@@ -10,7 +10,6 @@ import time
 from collections import Counter
 from typing import Any, TextIO
 
-from ..sqlite.verify import KINDS as DATABASE_KINDS
 from ..verification import Finding, VerifyReport
 from .format import size as fmt_size
 
@@ -39,9 +38,15 @@ LABELS = {
     "foreign": "not the store's",
     "busy": "write in progress",
     # the database backends' kinds
-    **{k: v for k, v in DATABASE_KINDS.items() if k != "id-order"},
-    "schema": "the schema's version is not the one this code writes",
-    "meta-columns": "the columns copied from a session's metadata do not agree with it",
+    "integrity": "integrity check failed",
+    "orphan-rows": "rows without a session",
+    "corrupt-meta": "corrupt metadata",
+    "positions": "row positions out of order",
+    "counters": "counters disagree",
+    "corrupt-row": "corrupt row",
+    "index-mismatch": "index columns disagree",
+    "schema": "schema version",
+    "meta-columns": "metadata columns disagree",
 }
 
 HINTS = {
