@@ -8,14 +8,19 @@ verifies clean and that a damaged session is found; these are the JSONL specific
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pathlib
 import sqlite3
 import struct
 
+import orjson
 import pytest
 
 from jsonl_sessions import Finding, InvalidArgumentError, InvalidSessionKeyError, SessionStore, VerifyReport
+from jsonl_sessions.aio import AsyncSessionStore
+from jsonl_sessions.cli import main
+from jsonl_sessions.cli.report import HINTS
 from jsonl_sessions.jsonl.verify import verify_directory
 from jsonl_sessions.keys import key_to_stem
 from jsonl_sessions.sqlite import SqliteSessionStore
@@ -112,3 +117,35 @@ def test_sqlite_verify_returns_the_same_types_for_the_keys_asked(tmp_path: pathl
     assert (only.sessions, only.messages) == (1, 1)
     assert store.verify(fix=True).problems == report.problems
     store.close()
+
+
+def test_the_command_line_prints_the_stores_report(tmp_path: pathlib.Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``jsonl-sessions verify --json`` is the backend's report as it is, plus a hint per finding."""
+    root = tmp_path / "s"
+    store = SessionStore(root, durability="flush")
+    chat(store, "a", 2)
+    with open(root / (key_to_stem("a") + ".jsonl"), "ab") as f:
+        f.write(b"{torn")
+    db = SqliteSessionStore(tmp_path / "s.db")
+    chat(db, "a", 1)
+    for where, want in ((root, verify_directory(root)), (tmp_path / "s.db", db.verify())):
+        assert main(["--root", str(where), "verify", "--json"]) == (0 if want.ok else 1)
+        got = orjson.loads(capsys.readouterr().out)
+        for name in ("problems", "notes", "fixed"):
+            for item in got[name]:
+                hint = item.pop("hint")
+                assert hint == (HINTS.get(item["kind"]) if item["severity"] == "problem" else None)
+        assert got == want.to_json()
+    assert [p["kind"] for p in verify_directory(root).to_json()["problems"]] == ["torn-tail"]
+    db.close()
+
+
+def test_the_async_store_verifies_in_a_worker_thread(tmp_path: pathlib.Path) -> None:
+    async def check() -> VerifyReport:
+        async with AsyncSessionStore(tmp_path / "s", durability="flush") as astore:
+            await astore.append("a", {"role": "user", "content": "x"})
+            return await astore.verify(["a"])
+
+    report = asyncio.run(check())
+    assert report.ok and (report.sessions, report.messages) == (1, 1)
