@@ -36,6 +36,7 @@ from .types import (
     SessionState,
     TimestampedMessage,
 )
+from .verification import Finding, VerifyReport
 
 if TYPE_CHECKING:
     from .aio import AsyncSessionStore
@@ -68,6 +69,7 @@ __all__ = [
     "CorruptTranscriptError",
     "DatabaseUnavailableError",
     "DuplicateMessageError",
+    "Finding",
     "InvalidArgumentError",
     "InvalidMessageError",
     "InvalidSessionKeyError",
@@ -86,5 +88,6 @@ __all__ = [
     "SessionStoreError",
     "TimestampedMessage",
     "UnsafePathError",
+    "VerifyReport",
     "__version__",
 ]

@@ -45,6 +45,7 @@ from .types import (
     SessionState,
     TimestampedMessage,
 )
+from .verification import VerifyReport
 
 
 @runtime_checkable
@@ -289,6 +290,27 @@ class SessionBackend(Protocol):
         Cost: O(total size of the scanned sessions)."""
         ...
 
+    def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport:
+        """Check the stored data (every session, or only ``keys``) for damage and for what
+        interrupted writes left: messages that do not parse (each with its 1-based line
+        and byte offset), ids that do not strictly increase, metadata that does not parse
+        or name its session, counters that disagree with the messages, and what the
+        backend's own storage can hold wrong (files, permissions, leftovers; a database's
+        integrity check); a key asked for that does not exist is a ``missing-session``
+        problem. Every backend returns the same types
+        (:class:`~jsonl_sessions.verification.VerifyReport` of
+        :class:`~jsonl_sessions.verification.Finding`); each documents its kinds.
+
+        Read-only: without ``fix`` nothing is written, no guard is taken and no recovery
+        runs. With ``fix=True`` the findings marked ``fixable`` (what a killed writer
+        left) are cleared, each session under its guard, and the report describes the
+        store after, with what was cleared in ``fixed``; messages are never changed.
+
+        :raises InvalidSessionKeyError: a key of ``keys`` is invalid (nothing checked).
+        :raises InvalidArgumentError: ``keys`` is a string rather than a collection of keys.
+        Cost: O(store): every stored byte is read once (of the sessions named, when ``keys``)."""
+        ...
+
     # -- metadata ----------------------------------------------------------------------------
     def get_session_metadata(self, key: str) -> SessionMetadata | None:
         """The session's metadata; None when it does not exist.
@@ -439,6 +461,7 @@ class AsyncSessionBackend(Protocol):
     async def cleanup_stale(self, ttl_hours: float) -> int: ...
     async def compact(self, key: str, *, repair: bool = False) -> int: ...
     async def search(self, query: SessionQuery) -> list[SessionMetadata]: ...
+    async def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport: ...
     async def get_session_metadata(self, key: str) -> SessionMetadata | None: ...
     async def list_sessions_with_metadata(self) -> list[SessionMetadata]: ...
     async def get_session_name(self, key: str) -> str | None: ...

@@ -8,7 +8,7 @@ from typing import Any
 from jsonl_sessions.protocol import SessionBackend, backend_methods
 
 #: The public methods a database store has beyond the backend contract.
-DATABASE_EXTRAS = {"close", "compaction_report", "export_session", "import_session", "lock", "verify"}
+DATABASE_EXTRAS = {"close", "compaction_report", "export_session", "import_session", "lock"}
 
 
 def assert_database_backend(cls: type, store: Any) -> None:

@@ -143,11 +143,15 @@ def test_the_errors_table_is_the_hierarchy() -> None:
         assert set(re.findall(r"`(\w+)`", fields)) == set(cls._fields), name
 
 
+#: The modules of the data types ``jsonl_sessions`` exports.
+DATA_MODULES = ("jsonl_sessions.types", "jsonl_sessions.verification")
+
+
 def test_the_data_types_are_listed_with_their_fields() -> None:
     text = API.read_text(encoding="utf-8").split("## Data types\n", 1)[1].split("\n## ", 1)[0]
     listed = dict(re.findall(r"^- `(\w+)\(([^)]*)\)`", text, re.MULTILINE))
     exported = {name for name in jsonl_sessions.__all__
-                if getattr(getattr(jsonl_sessions, name), "__module__", "") == "jsonl_sessions.types"}
+                if getattr(getattr(jsonl_sessions, name), "__module__", "") in DATA_MODULES}
     assert set(listed) == exported
     for name, fields in listed.items():
         cls = getattr(jsonl_sessions, name)

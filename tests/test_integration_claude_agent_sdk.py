@@ -39,7 +39,6 @@ from _sdk import require
 require("claude_agent_sdk", "trio")  # skips without the test-integrations extra (fails in CI)
 
 import anyio  # the SDK's own dependency
-
 from claude_agent_sdk import (
     get_session_messages_from_store,
     import_session_to_store,

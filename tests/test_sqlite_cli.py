@@ -72,7 +72,7 @@ def test_writes_verify_repair_stats(stores: tuple[pathlib.Path, pathlib.Path], t
                  "(SELECT id FROM sessions WHERE key = 'fork')")
     conn.close()
     status, out, _ = run(capsys, "--root", str(db), "verify")
-    assert status == 1 and "session 'fork' line 2: a row's line does not parse" in out
+    assert status == 1 and "session 'fork' line 2: corrupt row: " in out
     status, _out, err = run(capsys, "--root", str(db), "export", "fork")
     assert status == 1 and "line 2" in err and "`jsonl-sessions repair fork`" in err
     status, out, _ = run(capsys, "--root", str(db), "repair", "fork")

@@ -42,8 +42,7 @@ from ..jsonl.store import SessionStore, compaction_report, prune_report
 from ..keys import key_to_stem
 from ..location import ENV_ROOT, resolve_root
 from ..protocol import SessionBackend
-from ..sqlite import SqliteSessionStore, VerifyReport
-from ..sqlite.verify import KINDS
+from ..sqlite import SqliteSessionStore
 from ..types import ChatMessage, SessionMetadata, SessionQuery
 from .output import (
     EXIT_FAILURE,
@@ -749,37 +748,6 @@ def run_repair(store: SessionStore, key: str) -> int:
     if report.quarantine is not None:
         out(f"the original bytes are saved in {report.quarantine}")
     return EXIT_OK
-
-
-# -- verify on a SQLite store (the command is in .verify) -----------------------------------
-def run_sqlite_verify(store: SqliteSessionStore, keys: list[str] | None, *, as_json: bool = False) -> int:
-    """``verify`` on a SQLite store: ``PRAGMA integrity_check`` and the store's invariants
-    (see :mod:`jsonl_sessions.sqlite.verify`); only the findings about ``keys`` (and the
-    file as a whole) when given. Exit status 0 healthy, 1 problems found."""
-    if keys:
-        missing = [k for k in keys if not store.session_exists(k)]
-        if missing:
-            raise SessionNotFoundError(key=missing[0])
-    report = store.verify()
-    findings = [f for f in report.findings if not keys or f.key is None or f.key in keys]
-    if as_json:
-        json_out({"path": report.path, "ok": not findings, "sessions": report.sessions,
-                  "messages": report.messages, "problems": [
-                      {"kind": f.kind, "key": f.key, "line": f.line, "detail": f.detail} for f in findings]})
-        return EXIT_OK if not findings else EXIT_FAILURE
-    for f in findings:
-        where = "the file" if f.key is None else f"session {f.key!r}" + (f" line {f.line}" if f.line else "")
-        out(clean(f"{where}: {KINDS.get(f.kind, f.kind)}: {f.detail}", one_line=True))
-    out(_sqlite_summary(report, len(findings)))
-    return EXIT_OK if not findings else EXIT_FAILURE
-
-
-def _sqlite_summary(report: VerifyReport, problems: int) -> str:
-    checked = f"{report.sessions} sessions, {report.messages} messages"
-    if not problems:
-        return f"ok: {checked} in {report.path}; no problems (PRAGMA integrity_check: ok)"
-    return (f"{problems} problem{'s' if problems != 1 else ''} in {report.path}; checked {checked}. "
-            f"`{PROG} --root {report.path} repair KEY` sets a session's corrupt rows aside")
 
 
 # -- repair on a SQLite store ---------------------------------------------------------------

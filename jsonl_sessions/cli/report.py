@@ -1,15 +1,16 @@
-"""What ``jsonl-sessions verify`` found, and how it is shown: :class:`Finding`,
-:class:`Report` (text for people, JSON for programs) and the terminal progress bar."""
+"""How ``jsonl-sessions verify`` shows a store's
+:class:`~jsonl_sessions.verification.VerifyReport`: text for people (:func:`render`),
+JSON for programs (:func:`to_json`, each problem with a hint), and the terminal
+progress bar (:class:`Progress`)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from ..verification import Finding, VerifyReport
 from .output import size as fmt_size
 
 #: The progress bar appears (on a terminal) from this many sessions on.
@@ -36,6 +37,16 @@ LABELS = {
     "bom": "byte-order mark",
     "foreign": "not the store's",
     "busy": "write in progress",
+    # the database backends' kinds
+    "integrity": "integrity check failed",
+    "orphan-rows": "rows without a session",
+    "corrupt-meta": "corrupt metadata",
+    "positions": "row positions out of order",
+    "counters": "counters disagree",
+    "corrupt-row": "corrupt row",
+    "index-mismatch": "index columns disagree",
+    "schema": "schema version",
+    "meta-columns": "metadata columns disagree",
 }
 
 HINTS = {
@@ -69,119 +80,88 @@ HINTS = {
     "not-regular": "the store only uses regular files under these names: move it away",
     "unreadable": "check the file's owner and permissions",
     "missing-session": "check the key with `jsonl-sessions ls`",
+    "corrupt-row": "`jsonl-sessions repair KEY` sets the session's corrupt rows aside (every original row is kept "
+                   "in the quarantine table)",
+    "corrupt-meta": "metadata writes refuse until it is fixed; messages are unaffected",
+    "integrity": "the database file itself is damaged (SQLite's own check): restore it from a backup",
 }
 
 
-@dataclass
-class Finding:
-    """One thing verify found: a problem (exit status 1) or a note."""
-
-    kind: str
-    file: str  # the name inside root; "" for root itself
-    message: str
-    key: str | None = None
-    line: int | None = None
-    offset: int | None = None
-    problem: bool = True
-
-    def location(self, root: str) -> str:
-        where = self.file or root
-        return f"{where}:{self.line}" if self.line is not None else where
-
-    def to_json(self, root: str) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "file": self.file,
-            "path": os.path.join(root, self.file) if self.file else root,
-            "key": self.key,
-            "line": self.line,
-            "offset": self.offset,
-            "message": self.message,
-            "hint": HINTS.get(self.kind) if self.problem else None,
-        }
+def location(f: Finding, root: str) -> str:
+    """Where a finding is: ``file:line`` in a store directory, ``session 'k' line N`` in a
+    database, else the store itself."""
+    if f.file:
+        return f"{f.file}:{f.line}" if f.line is not None else f.file
+    if f.key is not None:
+        return f"session {f.key!r}" + (f" line {f.line}" if f.line is not None else "")
+    return root
 
 
-@dataclass
-class Report:
-    root: str
-    sessions: int = 0
-    messages: int = 0
-    bytes: int = 0
-    findings: list[Finding] = field(default_factory=list)
+def label(kind: str) -> str:
+    return LABELS.get(kind, kind)
 
-    @property
-    def problems(self) -> list[Finding]:
-        return [f for f in self.findings if f.problem]
 
-    @property
-    def notes(self) -> list[Finding]:
-        return [f for f in self.findings if not f.problem]
+def to_json(report: VerifyReport) -> dict[str, Any]:
+    """The report's JSON form, each problem with its ``hint`` (how to fix it; None for a note)."""
+    found = report.to_json()
+    for name in ("problems", "notes", "fixed"):
+        for item in found[name]:
+            item["hint"] = HINTS.get(item["kind"]) if item["severity"] == "problem" else None
+    return found
 
-    @property
-    def ok(self) -> bool:
-        return not self.problems
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "root": self.root,
-            "ok": self.ok,
-            "sessions": self.sessions,
-            "messages": self.messages,
-            "bytes": self.bytes,
-            "problems": [f.to_json(self.root) for f in self.problems],
-            "notes": [f.to_json(self.root) for f in self.notes],
-        }
-
-    def render(self) -> list[str]:
-        """The report for people: one line per finding (``file:line: kind: what``), a
-        summary, and how to fix each kind of problem found."""
-        lines = []
-        for f in self.problems + self.notes:
-            label = LABELS.get(f.kind, f.kind) if f.problem else "note: " + LABELS.get(f.kind, f.kind)
-            about = f" (session {f.key!r})" if f.key is not None else ""
-            lines.append(f"{f.location(self.root)}: {label}: {f.message}{about}")
-        checked = (f"{self.sessions} session{'s' if self.sessions != 1 else ''}, "
-                   f"{self.messages} message{'s' if self.messages != 1 else ''}, {fmt_size(self.bytes)}")
-        if self.ok:
-            lines.append(f"ok: {checked} in {self.root}; no problems")
-            return lines
-        kinds = Counter(f.kind for f in self.problems)
-        counts = ", ".join(f"{n} {LABELS.get(k, k)}" for k, n in kinds.items())
-        total = len(self.problems)
-        lines.append(f"{total} problem{'s' if total != 1 else ''} ({counts}) in {self.root}; checked {checked}")
-        lines.append("to fix:")
-        lines.extend(f"  {LABELS.get(k, k)}: {HINTS[k]}" for k in kinds if k in HINTS)
+def render(report: VerifyReport) -> list[str]:
+    """The report for people: what was fixed, one line per finding (``where: kind: what``),
+    a summary, and how to fix each kind of problem found."""
+    root = report.location
+    lines = [f"{location(f, root)}: fixed: {label(f.kind)}" + (f" (session {f.key!r})" if f.key is not None else "")
+             for f in report.fixed]
+    for f in report.problems + report.notes:
+        name = label(f.kind) if f.problem else "note: " + label(f.kind)
+        about = f" (session {f.key!r})" if f.key is not None and f.file else ""
+        lines.append(f"{location(f, root)}: {name}: {f.message}{about}")
+    checked = (f"{report.sessions} session{'s' if report.sessions != 1 else ''}, "
+               f"{report.messages} message{'s' if report.messages != 1 else ''}, {fmt_size(report.bytes)}")
+    if report.ok:
+        lines.append(f"ok: {checked} in {root}; no problems")
         return lines
+    kinds = Counter(f.kind for f in report.problems)
+    counts = ", ".join(f"{n} {label(k)}" for k, n in kinds.items())
+    total = len(report.problems)
+    lines.append(f"{total} problem{'s' if total != 1 else ''} ({counts}) in {root}; checked {checked}")
+    lines.append("to fix:")
+    lines.extend(f"  {label(k)}: {HINTS[k]}" for k in kinds if k in HINTS)
+    return lines
 
 
 class Progress:
-    """A one-line progress bar on a terminal (stderr); silent when not a terminal or for
-    few sessions. Redrawn at most ten times a second, erased when done."""
+    """A one-line progress bar on a terminal (stderr), called as ``progress(done, total)``
+    by the store's verify after each session; silent when not a terminal or for few
+    sessions. Redrawn at most ten times a second, erased by :meth:`finish`."""
 
-    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        self.total = total
-        self.done = 0
         self._last = 0.0
+        self._drawn = False
         try:
-            tty = self.stream.isatty()
+            self.tty = self.stream.isatty()
         except (AttributeError, ValueError):
-            tty = False
-        self.active = tty and total >= PROGRESS_MIN_SESSIONS
+            self.tty = False
 
-    def step(self) -> None:
-        self.done += 1
-        if not self.active:
+    def __call__(self, done: int, total: int) -> None:
+        if not self.tty or total < PROGRESS_MIN_SESSIONS:
             return
         now = time.monotonic()
-        if now - self._last < 0.1 and self.done < self.total:
+        if now - self._last < 0.1 and done < total:
             return
         self._last = now
-        filled = 30 * self.done // max(self.total, 1)
-        self.stream.write(f"\rverify [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} sessions")
+        self._drawn = True
+        filled = 30 * done // max(total, 1)
+        self.stream.write(f"\rverify [{'#' * filled}{'.' * (30 - filled)}] {done}/{total} sessions")
         self.stream.flush()
 
     def finish(self) -> None:
-        if self.active:
+        if self._drawn:
             self.stream.write("\r" + " " * 70 + "\r")
             self.stream.flush()
+            self._drawn = False

@@ -1,420 +1,60 @@
-"""``jsonl-sessions verify``: a read-only health check (fsck) of a store directory.
+"""``jsonl-sessions verify``: the store's health check (fsck), shown.
 
-It reads the files directly, following docs/format.md, and changes nothing: no store is
-opened (opening one removes leftover temp files and completes interrupted writes, which
-would hide what this reports), no recovery runs, no guard is taken. With ``--fix`` it
-then clears what a killed writer left (:data:`FIXABLE`: temp files, orphan sidecars,
-pending records, odd counters), each session under its guard (recovery runs, then
-:func:`jsonl_sessions.jsonl.store.clear_leftovers` re-checks and removes), says what was fixed,
-and reports again; transcripts are never touched. To tell a crashed
-writer's leftovers from a write in progress it probes a session's lock for a moment
-(non-blocking ``flock``, released at once); what a live writer holds is a note, not a
-problem.
-
-Problems (exit status 1): torn tails, corrupt lines (1-based line number and byte offset),
-ids that do not strictly increase, missing / corrupt / mismatched sidecars, orphan
-sidecars, leftover temp files, pending roll-forward records and odd sequence counters,
-files that are not mode 0600 (root not 0700), symlinks and non-regular files where the
-store keeps its files, unreadable files. Notes (no effect on the status): quarantine
-files, a byte-order mark, files that are not the store's, writes in progress.
-
-Cost: every transcript is streamed once (1 MiB blocks, each line decoded, nothing kept),
-so O(total bytes) time and O(longest line) memory.
+The checks belong to the backends (``verify()`` of each store; the JSONL checks in
+:mod:`jsonl_sessions.jsonl.verify`): this command opens the store, calls its verify and
+renders the :class:`~jsonl_sessions.verification.VerifyReport` (text, or JSON with
+``--json``; a progress bar on a terminal). A JSONL directory is checked without opening
+a :class:`~jsonl_sessions.SessionStore` (opening one removes leftover temp files, which
+would hide what this reports); with ``--fix`` a store is opened to clear what killed
+writers left, each session under its guard. Transcripts are never touched.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
-import stat
-import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TextIO
 
-from .. import _platform, codec
-from ..errors import CorruptControlError, CorruptMetadataError, SessionStoreError
-from ..jsonl import sidecar
-from ..jsonl.control import RECORD_OFFSET, parse_record, read_head
-from ..jsonl.layout import LOCK_SUFFIX, SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, classify, key_of_stem, read_sidecar
-from ..jsonl.lines import BOM, iter_lines_forward
-from ..jsonl.store import SessionStore, clear_leftovers
-from ..keys import is_hashed, key_to_stem, stem_to_key
+from ..jsonl.verify import verify_directory
 from ..location import ENV_ROOT, resolve_root
-from .commands import is_sqlite, open_sqlite, run_sqlite_verify
+from ..verification import VerifyReport
+from .commands import is_sqlite, open_sqlite
 from .output import EXIT_FAILURE, EXIT_OK, UsageError, clean, json_out, out
-from .output import size as fmt_size
-from .report import LABELS, Finding, Progress, Report
-
-BLOCK = 1 << 20
-#: At most this many findings of one kind are listed per file; the rest are counted.
-MAX_PER_FILE = 20
-_HASHED = re.compile(r"~[0-9a-f]{32}$")
-_SETTLE_SECONDS = 0.3  # how long a changing file or an odd counter is re-read before reporting
-#: The problems ``--fix`` clears: what a writer killed mid-create, mid-fork or mid-replace leaves.
-FIXABLE = frozenset({"temp-file", "orphan-sidecar", "pending-record", "odd-counter"})
+from .report import Progress, render, to_json
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """``verify [KEY...]`` on the root the arguments name."""
+    keys = args.keys or None
     if is_sqlite(args):
-        return run_sqlite_verify(open_sqlite(args), args.keys or None, as_json=args.json)
-    return run_verify(resolve_root(args.root), args.keys or None, as_json=args.json, fix=args.fix,
-                      lock_timeout=args.lock_timeout)
+        store = open_sqlite(args)
+        try:
+            return show(store.verify(keys, fix=args.fix), as_json=args.json)
+        finally:
+            store.close()
+    return run_verify(resolve_root(args.root), keys, as_json=args.json, fix=args.fix, lock_timeout=args.lock_timeout)
 
 
 def run_verify(root: str, keys: list[str] | None, *, as_json: bool = False, fix: bool = False,
                lock_timeout: float | None = 10.0) -> int:
-    """Check the store at ``root`` and print the report (text or JSON); returns 0 when
-    healthy, 1 when problems were found. With ``fix``, first clear the :data:`FIXABLE`
-    problems (:func:`fix`) and report the store as it is after. A root that is not a
-    directory is a usage error."""
+    """Check the store directory at ``root`` and print the report (text or JSON); 0 when
+    healthy, 1 when problems were found. With ``fix``, first clear what killed writers
+    left and report the store as it is after. A root that is not a directory is a usage
+    error."""
     if not os.path.isdir(root):
         raise UsageError(f"no store at {root}: not a directory (give --root DIR or set {ENV_ROOT})")
-    report = verify(root, keys)
-    fixed: list[Finding] = []
-    if fix:
-        report, fixed = fix_report(root, keys, report, lock_timeout)
-    if as_json:
-        found = report.to_json()
-        if fix:
-            found["fixed"] = [f.to_json(root) for f in fixed]
-        json_out(found)
-    else:
-        for f in fixed:
-            out(clean(f"{f.location(report.root)}: fixed: {LABELS.get(f.kind, f.kind)}"
-                      + (f" (session {f.key!r})" if f.key is not None else "")))
-        for line in report.render():
-            out(clean(line))
-    return EXIT_OK if report.ok else EXIT_FAILURE
-
-
-def fix_report(root: str, keys: Sequence[str] | None, report: Report,
-               lock_timeout: float | None) -> tuple[Report, list[Finding]]:
-    """Clear the :data:`FIXABLE` problems of ``report``: each session concerned under its
-    guard (waiting up to ``lock_timeout``; a session still busy, or whose record this
-    version cannot complete, is left as it is), recovery first, then its temp files and a
-    sidecar without a transcript (checked again under the guard). Returns the store's
-    report after, and the problems it no longer has. Never touches a transcript."""
-    todo = [f for f in report.problems if f.kind in FIXABLE]
-    if not todo:
-        return report, []
-    store = SessionStore(root, lock_timeout=lock_timeout)
-    for stem in sorted({found[1] for f in todo if (found := classify(f.file)) is not None and found[1]}):
-        try:
-            clear_leftovers(store, stem)
-        except (SessionStoreError, OSError):
-            continue  # reported again below
-    after = verify(root, keys)
-    still = {(f.kind, f.file) for f in after.problems}
-    return after, [f for f in todo if (f.kind, f.file) not in still]
-
-
-# -- the directory ------------------------------------------------------------------------
-@dataclass
-class _Entry:
-    name: str
-    st: os.stat_result
-
-
-@dataclass
-class _Stem:
-    transcript: _Entry | None = None
-    sidecar: _Entry | None = None
-    lock: _Entry | None = None
-    temps: list[_Entry] = field(default_factory=list)
-    quarantine: list[_Entry] = field(default_factory=list)
-
-
-def verify(root: str, keys: Sequence[str] | None = None, *, progress_stream: TextIO | None = None) -> Report:
-    """Check the store at ``root`` (all of it, or only the sessions ``keys``). Raises
-    InvalidSessionKeyError for a bad key and OSError when root cannot be listed."""
-    root = os.path.abspath(root)
-    report = Report(root)
-    wanted = None if keys is None else {key_to_stem(k): k for k in keys}
-    if not _platform.IS_WINDOWS:
-        mode = stat.S_IMODE(os.stat(root).st_mode)
-        if mode != 0o700:
-            report.findings.append(Finding("permissions", "", f"the store directory has mode {mode:04o}, expected 0700"))
-    stems: dict[str, _Stem] = {}
-    with os.scandir(root) as entries:
-        for entry in entries:
-            role_stem = classify(entry.name)
-            if role_stem is None:
-                if wanted is None:
-                    report.findings.append(Finding("foreign", entry.name, "ignored by the store", problem=False))
-                continue
-            role, stem = role_stem
-            if wanted is not None and stem not in wanted:
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            e = _Entry(entry.name, st)
-            if role != "temp" and not _canonical(stem):
-                if wanted is None:
-                    report.findings.append(Finding("foreign", entry.name, "not a name the store makes (ignored)",
-                                                   problem=False))
-                continue
-            if not _plain_file(report, e):
-                continue
-            slot = stems.setdefault(stem, _Stem())
-            if role == "temp":
-                slot.temps.append(e)
-            elif role == "quarantine":
-                slot.quarantine.append(e)
-            else:
-                setattr(slot, role, e)
-    for stem, key in (wanted or {}).items():
-        found = stems.get(stem)
-        if found is None or (found.transcript is None and found.sidecar is None):
-            report.findings.append(Finding("missing-session", stem + TRANSCRIPT_SUFFIX, "the session does not exist",
-                                           key=key))
-    bar = Progress(sum(1 for s in stems.values() if s.transcript), progress_stream)
+    bar = Progress()
     try:
-        for stem in sorted(stems):
-            _check_stem(report, root, stem, stems[stem], bar)
+        report = verify_directory(root, keys, fix=fix, lock_timeout=lock_timeout, progress=bar)
     finally:
         bar.finish()
-    report.findings.sort(key=lambda f: (not f.problem, f.file, f.line or 0))
-    return report
+    return show(report, as_json=as_json)
 
 
-def _canonical(stem: str) -> bool:
-    """Whether ``stem`` is one the store makes (a key's stem, or a long key's hashed stem)."""
-    if _HASHED.search(stem):
-        return True
-    return stem_to_key(stem) is not None
-
-
-def _plain_file(report: Report, e: _Entry) -> bool:
-    """Report a symlink, a non-regular file, or a mode other than 0600; True when it is a
-    regular file (mode problems aside) that can be checked further."""
-    if stat.S_ISLNK(e.st.st_mode):
-        report.findings.append(Finding("symlink", e.name, "a symlink where the store keeps its files "
-                                       "(never followed)"))
-        return False
-    if not stat.S_ISREG(e.st.st_mode):
-        report.findings.append(Finding("not-regular", e.name, "not a regular file"))
-        return False
-    mode = stat.S_IMODE(e.st.st_mode)
-    if not _platform.IS_WINDOWS and mode != 0o600:
-        report.findings.append(Finding("permissions", e.name, f"mode {mode:04o}, expected 0600"))
-    return True
-
-
-def _lock_busy(root: str, stem: str) -> bool:
-    """Whether another process (or store) holds the session's lock right now. Probes with a
-    non-blocking flock that is released at once; never waits, never creates the file."""
-    if not stem:
-        return False
-    try:
-        fd = _platform.open_file(os.path.join(root, stem + LOCK_SUFFIX), os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        if _platform.try_lock(fd):
-            _platform.unlock(fd)
-            return False
-        return True
-    except OSError:
-        return False
-    finally:
-        _platform.close(fd)
-
-
-def _check_stem(report: Report, root: str, stem: str, s: _Stem, bar: Progress) -> None:
-    meta: dict[str, Any] | None = None
-    meta_error: str | None = None
-    if s.sidecar is not None:
-        try:
-            meta = read_sidecar(os.path.join(root, s.sidecar.name))[0]
-        except CorruptMetadataError as exc:
-            meta_error = exc.reason or str(exc)
-        except OSError as exc:
-            meta_error = exc.strerror or str(exc)
-            report.findings.append(Finding("unreadable", s.sidecar.name, meta_error))
-            meta_error = None
-    key = key_of_stem(root, stem, meta, read=False)
-    if s.transcript is not None:
-        _check_transcript(report, root, stem, s.transcript, key)
-        report.sessions += 1
-        if s.sidecar is None:
-            report.findings.append(Finding("missing-sidecar", s.transcript.name, f"no {stem}{SIDECAR_SUFFIX} "
-                                           "next to the transcript", key=key))
-        if key is None:
-            report.findings.append(Finding("unknown-key", s.transcript.name, "the session's key (a long one, "
-                                           "hashed in the file name) cannot be read from its sidecar"))
-        bar.step()
-    if s.sidecar is not None:
-        _check_sidecar(report, root, stem, s, meta, meta_error, key)
-    if s.lock is not None:
-        _check_lock(report, root, stem, s.lock, key)
-    for temp in s.temps:
-        if _lock_busy(root, stem):
-            report.findings.append(Finding("busy", temp.name, "temp file of a write in progress", key=key,
-                                           problem=False))
-        else:
-            report.findings.append(Finding("temp-file", temp.name, f"{fmt_size(temp.st.st_size)} left by an "
-                                           "interrupted write", key=key))
-    for q in s.quarantine:
-        report.findings.append(Finding("quarantine", q.name, f"bytes saved by a repair or before a torn tail was cut "
-                                       f"({fmt_size(q.st.st_size)}); delete it when no longer needed",
-                                       key=key, problem=False))
-
-
-def _check_sidecar(report: Report, root: str, stem: str, s: _Stem, meta: dict[str, Any] | None,
-                   meta_error: str | None, key: str | None) -> None:
-    assert s.sidecar is not None
-    name = s.sidecar.name
-    if s.transcript is None and not os.path.lexists(os.path.join(root, stem + TRANSCRIPT_SUFFIX)):
-        if _lock_busy(root, stem):
-            report.findings.append(Finding("busy", name, "sidecar of a session being created or deleted", key=key,
-                                           problem=False))
-        else:
-            report.findings.append(Finding("orphan-sidecar", name, "a sidecar without a transcript (not a session)",
-                                           key=key))
-        return
-    if meta_error is not None:
-        report.findings.append(Finding("corrupt-sidecar", name, meta_error, key=key))
-        return
-    if meta is None:
-        return
-    written = sidecar.text(meta, "key")
-    named = stem_to_key(stem)
-    if not is_hashed(stem) and written != named:
-        report.findings.append(Finding("key-mismatch", name, f"holds key {written!r}, the file name says "
-                                       f"{named!r}", key=named))
-    elif is_hashed(stem) and key is None:
-        report.findings.append(Finding("key-mismatch", name, f"holds key {written!r}, which does not hash to "
-                                       "this file name"))
-
-
-def _check_lock(report: Report, root: str, stem: str, lock: _Entry, key: str | None) -> None:
-    path = os.path.join(root, lock.name)
-    deadline = time.monotonic() + _SETTLE_SECONDS
-    while True:
-        try:
-            control = read_head(path)
-        except (OSError, SessionStoreError) as exc:
-            report.findings.append(Finding("unreadable", lock.name, str(exc), key=key))
-            return
-        odd = bool(control.seq & 1)
-        if not odd and not control.pending:
-            return
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(0.02)
-    if _lock_busy(root, stem):
-        report.findings.append(Finding("busy", lock.name, "a write is in progress", key=key, problem=False))
-        return
-    if control.pending:
-        try:  # the whole record, read as recovery reads it (a tail record can be large)
-            raw = read_head(path, record_bytes=None).record or b""
-        except (OSError, SessionStoreError) as exc:
-            report.findings.append(Finding("unreadable", lock.name, str(exc), key=key))
-            return
-        try:
-            record = parse_record(raw, path=path, key=key)
-            what = (f"a committed {record.op!r} record whose writer died (rolled forward by the next access)"
-                    if record is not None else "an uncommitted (torn) record (dropped by the next access)")
-        except CorruptControlError as exc:
-            what = f"a committed record this version cannot complete: {exc.reason}"
-        report.findings.append(Finding("pending-record", lock.name, what, key=key, offset=RECORD_OFFSET))
-    if odd:
-        report.findings.append(Finding("odd-counter", lock.name, f"sequence counter {control.seq} is odd: an "
-                                       "in-place write did not finish", key=key, offset=8))
-
-
-# -- transcripts --------------------------------------------------------------------------
-@dataclass
-class _Scan:
-    size: int
-    ino: int
-    messages: int = 0
-    committed: int = 0
-    bom: bool = False
-    findings: list[Finding] = field(default_factory=list)
-
-
-def _lines(fd: int, size: int, scan: _Scan) -> Iterator[tuple[int, bytes]]:
-    """(offset, line) for each complete line of the first ``size`` bytes, read in blocks;
-    sets ``scan.committed`` (the end of the last complete line) and ``scan.bom``."""
-    scan.bom = size >= len(BOM) and _platform.pread(fd, len(BOM), 0) == BOM
-    for start, line in iter_lines_forward(fd, 0, size, block=BLOCK):
-        scan.committed = start + len(line) + 1
-        yield start, line
-
-def _scan(path: str, name: str, key: str | None) -> _Scan:
-    fd = _platform.open_file(path, os.O_RDONLY)
-    try:
-        st = _platform.fstat(fd)
-        scan = _Scan(st.st_size, st.st_ino)
-        bad = disorder = 0
-        prev_id: str | None = None
-        for number, (offset, line) in enumerate(_lines(fd, st.st_size, scan), 1):
-            try:
-                record = codec.decode_record(line)
-            except ValueError as exc:
-                bad += 1
-                if bad <= MAX_PER_FILE:
-                    scan.findings.append(Finding("corrupt-line", name, f"byte offset {offset}: "
-                                                 f"{str(exc) or type(exc).__name__}", key, number, offset))
-                continue
-            scan.messages += 1
-            mid = record.get("id") or ""
-            if mid:
-                if prev_id is not None and mid <= prev_id:
-                    disorder += 1
-                    if disorder <= MAX_PER_FILE:
-                        how = "repeats" if mid == prev_id else "is below"
-                        scan.findings.append(Finding("id-order", name, f"byte offset {offset}: id {mid!r} {how} "
-                                                     f"the previous id {prev_id!r}", key, number, offset))
-                prev_id = mid
-        if bad > MAX_PER_FILE:
-            scan.findings.append(Finding("corrupt-line", name, f"and {bad - MAX_PER_FILE} more corrupt lines", key))
-        if disorder > MAX_PER_FILE:
-            scan.findings.append(Finding("id-order", name, f"and {disorder - MAX_PER_FILE} more ids out of order",
-                                         key))
-        torn = scan.size - scan.committed
-        if torn and not (scan.bom and scan.size == len(BOM)):
-            tail = _platform.pread(fd, min(torn, 4096), scan.committed)
-            what = "NUL bytes (as a power loss leaves)" if not tail.strip(b"\0") else "bytes"
-            scan.findings.append(Finding("torn-tail", name, f"{torn} {what} after byte offset {scan.committed} "
-                                         "without a final newline", key, offset=scan.committed))
-        return scan
-    finally:
-        _platform.close(fd)
-
-
-def _check_transcript(report: Report, root: str, stem: str, entry: _Entry, key: str | None) -> None:
-    """Stream the transcript and check every line, in a state no in-place write overlapped
-    (the control file's counter even and unchanged around the read; a torn tail or a file
-    that grew meanwhile is read again for a moment, so an append in progress is not
-    reported as damage)."""
-    path = os.path.join(root, entry.name)
-    lock_path = os.path.join(root, stem + LOCK_SUFFIX)
-    deadline = time.monotonic() + _SETTLE_SECONDS
-    while True:
-        try:
-            before = read_head(lock_path).seq
-            scan = _scan(path, entry.name, key)
-            after = read_head(lock_path).seq
-            now = os.lstat(path)
-        except (OSError, SessionStoreError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            report.findings.append(Finding("unreadable", entry.name, reason, key=key))
-            return
-        settled = before == after and not before & 1 and (now.st_size, now.st_ino) == (scan.size, scan.ino)
-        torn = scan.committed != scan.size
-        if (settled and not torn) or time.monotonic() >= deadline:
-            break
-        time.sleep(0.02)
-    report.messages += scan.messages
-    report.bytes += scan.size
-    report.findings.extend(scan.findings)
-    if scan.bom:
-        report.findings.append(Finding("bom", entry.name, "starts with a UTF-8 byte-order mark (tolerated)", key=key,
-                                       problem=False))
+def show(report: VerifyReport, *, as_json: bool) -> int:
+    """Print ``report``; the exit status (0 healthy, 1 problems found)."""
+    if as_json:
+        json_out(to_json(report))
+    else:
+        for line in render(report):
+            out(clean(line))
+    return EXIT_OK if report.ok else EXIT_FAILURE

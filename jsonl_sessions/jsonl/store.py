@@ -48,6 +48,7 @@ from ..types import (
     as_message,
     datetime_of_ms,
 )
+from ..verification import VerifyReport
 from . import append as warm
 from . import group_commit as group
 from . import history, maintenance, metadata, paging, prune, search, sidecar
@@ -55,6 +56,7 @@ from . import messages as ops
 from .guard import REGISTRY, SessionGuard
 from .layout import SessionFiles, list_keys
 from .txn import Root, acquire
+from .verify import verify_directory
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -513,6 +515,18 @@ class SessionStore:
             log.warning("compact(repair=True) of session %r: the original transcript is saved as %s", key,
                         report.quarantine)
         return report.dropped
+
+    def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport:
+        """Check the store's files (every session, or only ``keys``) as they are on disk:
+        torn tails, corrupt lines (line and byte offset), ids out of order, sidecars
+        missing, corrupt, mismatched or orphaned, leftover temp files and interrupted
+        writes, permissions, symlinks; see :mod:`jsonl_sessions.jsonl.verify`. Read-only
+        (no guard taken, no recovery run) unless ``fix``: then the fixable problems
+        (temp files, orphan sidecars, interrupted writes) are cleared, each session under
+        its guard, and the report describes the store after. Opening this store removed
+        the temp files of sessions nobody held; those left since are found. Cost:
+        O(total bytes) time, O(longest line) memory."""
+        return verify_directory(self._root.path, keys, fix=fix, store=self, lock_timeout=self._root.lock_timeout)
 
 
 

@@ -16,9 +16,9 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise ImportError("jsonl_sessions.postgres needs psycopg 3 and psycopg_pool: "
                       "pip install 'jsonl-sessions[postgres]'") from _exc
 
+from ..verification import Finding, VerifyReport
 from .schema import MIGRATIONS, SCHEMA_VERSION, SchemaError
 from .store import AsyncPostgresSessionStore, PostgresSessionStore
-from .verify import Finding, VerifyReport
 
 __all__ = [
     "MIGRATIONS",

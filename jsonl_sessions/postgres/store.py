@@ -8,6 +8,7 @@ shared :mod:`jsonl_sessions.metafront`); the health check in verify.py.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from .. import rows
@@ -15,10 +16,11 @@ from ..aio import AsyncSessionStore
 from ..errors import SessionExistsError
 from ..keys import validate_key
 from ..sqlite.store import SessionSnapshot
+from ..verification import VerifyReport, wanted_keys
 from .db import Conn
 from .history import HistoryMethods
 from .metadata import MetadataMethods
-from .verify import VerifyReport, verify
+from .verify import verify
 
 
 class PostgresSessionStore(HistoryMethods, MetadataMethods):
@@ -48,10 +50,12 @@ class PostgresSessionStore(HistoryMethods, MetadataMethods):
       connection lost during COMMIT: :class:`OutcomeUnknownError`.
     """
 
-    def verify(self) -> VerifyReport:
-        """A read-only health check of the store's invariants (see
-        :mod:`jsonl_sessions.postgres.verify`). One snapshot. Cost: O(total bytes)."""
-        return self._db.read(lambda c: verify(c, self._s, self._path))
+    def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport:
+        """A read-only health check of the store's invariants, every session or only
+        ``keys`` (see :mod:`jsonl_sessions.postgres.verify`). One snapshot. No finding
+        here is fixable: ``fix`` changes nothing. Cost: O(total bytes)."""
+        wanted = wanted_keys(keys)
+        return self._db.read(lambda c: verify(c, self._s, self._path, wanted))
 
     def export_session(self, key: str) -> SessionSnapshot | None:
         """The session as stored (one snapshot); None when it does not exist.

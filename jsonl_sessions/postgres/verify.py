@@ -1,13 +1,15 @@
 """``PostgresSessionStore.verify()``: a read-only health check of the store's schema.
 
 It runs in one read-only snapshot and changes nothing. Checks: the schema version;
-per session, in key order: the ``meta`` object parses and names the session's key; the
+per session (every one, or those named: a named one that does not exist is a
+``missing-session`` finding), in key order: the ``meta`` object parses and names the session's key; the
 columns copied from it (``agent_alias``, ``principal_id``, ``state``) agree; and the
 rows' checks shared with the SQLite backend (dense positions, counters, every line
 parses, index columns agree with the line, ids strictly increase). An id column left
 NULL for a line that repeats an earlier id (the ``UNIQUE (session, id)`` index cannot
 hold it twice) or has none, and a ``created_at`` column NULL for a time beyond bigint,
-agree with their line. Cost: O(total bytes).
+agree with their line. Findings as in :mod:`jsonl_sessions.sqlite.verify` (all
+problems, none fixable). Cost: O(total bytes).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from .. import rows
 from ..errors import CorruptMetadataError
 from ..jsonl import sidecar
 from ..sqlite.verify import KINDS as SQLITE_KINDS
-from ..sqlite.verify import Finding, VerifyReport, check_rows
+from ..sqlite.verify import check_rows
+from ..verification import Finding, VerifyReport, missing_session
 from .base import nul_back
 from .db import Conn
 from .schema import SCHEMA_VERSION, current_version
@@ -45,31 +48,43 @@ def _normalised(got: Any) -> Iterator[tuple[int, Any, Any, Any, Any, bytes]]:
         yield seq, mid, created, role, kind, line
 
 
-def verify(c: Conn, s: str, where: str) -> VerifyReport:
-    """Check the store in schema ``s`` (quoted) inside a read transaction; see the module docstring."""
+def verify(c: Conn, s: str, where: str, keys: list[str] | None = None) -> VerifyReport:
+    """Check the store in schema ``s`` (quoted) inside a read transaction, every session
+    or only ``keys`` (already validated); see the module docstring."""
     findings: list[Finding] = []
     name = s[1:-1].replace('""', '"')
     version = current_version(c, s, name)
     if version != SCHEMA_VERSION:
-        findings.append(Finding("schema", None, f"version {version}, expected {SCHEMA_VERSION}"))
-    sessions = c.execute(f"SELECT id, key, meta, agent_alias, principal_id, state, message_count, size_bytes "
-                         f"FROM {s}.sessions").fetchall()
+        findings.append(Finding("schema", f"version {version}, expected {SCHEMA_VERSION}"))
+    query = (f"SELECT id, key, meta, agent_alias, principal_id, state, message_count, size_bytes "
+             f"FROM {s}.sessions")
+    if keys is None:
+        sessions = c.execute(query).fetchall()
+    else:
+        sessions = []
+        for key in keys:
+            found = c.execute(query + " WHERE key = %s", (key,)).fetchone()
+            if found is None:
+                findings.append(missing_session(key))
+            else:
+                sessions.append(found)
     sessions.sort(key=lambda r: r[1])
-    total = 0
+    total = nbytes = 0
     for sid, key, meta, alias, principal, state, count, size in sessions:
         try:
             obj = rows.decode_meta(meta, key, where)
         except CorruptMetadataError as exc:
-            findings.append(Finding("corrupt-meta", key, exc.reason or str(exc)))
+            findings.append(Finding("corrupt-meta", exc.reason or str(exc), key))
         else:
             want = (sidecar.text(obj, "agent_alias"), sidecar.text(obj, "principal_id"), sidecar.state(obj))
             if (nul_back(alias), nul_back(principal), nul_back(state)) != want:
-                findings.append(Finding("meta-columns", key, f"columns {(alias, principal, state)!r}, meta {want!r}"))
+                findings.append(Finding("meta-columns", f"columns {(alias, principal, state)!r}, meta {want!r}", key))
         got = c.execute(f"SELECT seq, id, created_at, role, kind, line FROM {s}.messages WHERE session = %s "
                         "ORDER BY seq", (sid,))
         findings.extend(check_rows(_normalised(got), key, count, size))
         total += count
-    return VerifyReport(where, len(sessions), total, findings)
+        nbytes += size
+    return VerifyReport(where, "postgres", len(sessions), total, nbytes, findings)
 
 
-__all__ = ["KINDS", "Finding", "VerifyReport", "verify"]
+__all__ = ["KINDS", "verify"]

@@ -7,10 +7,10 @@ the schema, the durability mapping and what :meth:`~SqliteSessionStore.verify` c
 
 from __future__ import annotations
 
+from ..verification import Finding, VerifyReport
 from .migrate import MigrateReport, export_session, import_session, migrate
 from .schema import SCHEMA_VERSION, SchemaError
 from .store import SessionSnapshot, SqliteSessionStore
-from .verify import Finding, VerifyReport
 
 __all__ = [
     "SCHEMA_VERSION",

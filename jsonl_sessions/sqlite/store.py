@@ -7,15 +7,17 @@ verify.py. Each part is a class built on :class:`SqliteCore`; this one joins the
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import rows
 from ..errors import SessionExistsError
 from ..keys import validate_key
+from ..verification import VerifyReport, wanted_keys
 from .history import HistoryMethods
 from .metadata import MetadataMethods
-from .verify import VerifyReport, verify
+from .verify import verify
 
 
 @dataclass(frozen=True)
@@ -59,11 +61,14 @@ class SqliteSessionStore(HistoryMethods, MetadataMethods):
       ``EIO``; read-only: ``EROFS``), with nothing changed.
     """
 
-    def verify(self) -> VerifyReport:
+    def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport:
         """A read-only health check (``PRAGMA integrity_check`` plus the store's own
-        invariants); see :mod:`jsonl_sessions.sqlite.verify`. Cost: O(total bytes)."""
+        invariants, every session or only ``keys``) in one read transaction; see
+        :mod:`jsonl_sessions.sqlite.verify`. No finding here is fixable: ``fix`` changes
+        nothing. Cost: O(total bytes)."""
+        wanted = wanted_keys(keys)
         with self._db.read() as c:
-            return verify(c, self._path)
+            return verify(c, self._path, wanted)
 
     def export_session(self, key: str) -> SessionSnapshot | None:
         """The session as stored (one snapshot); None when it does not exist.

@@ -5,10 +5,16 @@ It runs in one read transaction and changes nothing. Checks, in order:
 1. ``PRAGMA integrity_check``: SQLite's own check of the file (b-tree structure, page
    lists, index entries agreeing with their tables, NOT NULL / UNIQUE constraints);
 2. orphan message rows (a ``session`` id no session row has);
-3. per session: the ``meta`` object parses and names the session's key; the positions
-   are dense (``seq`` 0..message_count-1); ``message_count`` and ``size_bytes`` agree with
+3. per session (every one, or those named: a named one that does not exist is a
+   ``missing-session`` finding): the ``meta`` object parses and names the session's
+   key; the positions are dense (``seq`` 0..message_count-1); ``message_count`` and ``size_bytes`` agree with
    the rows; every row's line parses as a message, and its index columns (id,
    created_at, role, kind) agree with the line; ids strictly increase.
+
+Every finding is a problem (:class:`~jsonl_sessions.verification.Finding`, ``file`` ""
+for the database file, ``line`` the row position + 1 and ``offset`` the row's byte
+offset in the session's export); none is ``fixable``: ``fix=True`` changes nothing here
+(``compact(key, repair=True)`` sets corrupt rows aside).
 
 Cost: O(total bytes) (every line is decoded once, nothing kept).
 """
@@ -17,37 +23,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from .. import rows
 from ..errors import CorruptMetadataError
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem: ``kind`` (a short tag, see :data:`KINDS`), the session's key (None for
-    the file as a whole), the 1-based line (row position + 1) when it is about a row."""
-
-    kind: str
-    key: str | None
-    detail: str
-    line: int | None = None
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    """What :meth:`SqliteSessionStore.verify` found. ``ok``: no finding at all."""
-
-    path: str
-    sessions: int
-    messages: int
-    findings: list[Finding] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
+from ..verification import Finding, VerifyReport, missing_session
 
 #: Every finding kind, with what it means.
 KINDS = {
@@ -59,29 +39,42 @@ KINDS = {
     "corrupt-row": "a row's line does not parse as a message",
     "index-mismatch": "a row's index columns do not agree with its line",
     "id-order": "ids do not strictly increase",
+    "missing-session": "a session asked for does not exist",
 }
 
 
-def verify(conn: sqlite3.Connection, path: str) -> VerifyReport:
-    """Check the open database (inside a read transaction); see the module docstring."""
+def verify(conn: sqlite3.Connection, path: str, keys: list[str] | None = None) -> VerifyReport:
+    """Check the open database (inside a read transaction), every session or only
+    ``keys`` (already validated); see the module docstring."""
     findings: list[Finding] = []
     for (result,) in conn.execute("PRAGMA integrity_check"):
         if result != "ok":
-            findings.append(Finding("integrity", None, str(result)))
+            findings.append(Finding("integrity", str(result)))
     orphans = conn.execute("SELECT count(*) FROM messages WHERE session NOT IN (SELECT id FROM sessions)").fetchone()[0]
     if orphans:
-        findings.append(Finding("orphan-rows", None, f"{orphans} message row(s) without a session"))
-    sessions = conn.execute("SELECT id, key, meta, message_count, size_bytes FROM sessions ORDER BY key").fetchall()
-    total = 0
+        findings.append(Finding("orphan-rows", f"{orphans} message row(s) without a session"))
+    query = "SELECT id, key, meta, message_count, size_bytes FROM sessions"
+    if keys is None:
+        sessions = conn.execute(query + " ORDER BY key").fetchall()
+    else:
+        sessions = []
+        for key in keys:
+            found = conn.execute(query + " WHERE key = ?", (key,)).fetchone()
+            if found is None:
+                findings.append(missing_session(key))
+            else:
+                sessions.append(found)
+    total = nbytes = 0
     for sid, key, meta, count, size in sessions:
         try:
             rows.decode_meta(meta, key, path)
         except CorruptMetadataError as exc:
-            findings.append(Finding("corrupt-meta", key, exc.reason or str(exc)))
+            findings.append(Finding("corrupt-meta", exc.reason or str(exc), key))
         query = "SELECT seq, id, created_at, role, kind, line FROM messages WHERE session = ? ORDER BY seq"
         findings.extend(check_rows(conn.execute(query, (sid,)), key, count, size))
         total += count
-    return VerifyReport(path, len(sessions), total, findings)
+        nbytes += size
+    return VerifyReport(path, "sqlite", len(sessions), total, nbytes, findings)
 
 
 def check_rows(found: Iterable[tuple[int, Any, Any, Any, Any, bytes]], key: str, count: int,
@@ -93,21 +86,22 @@ def check_rows(found: Iterable[tuple[int, Any, Any, Any, Any, bytes]], key: str,
     previous = ""
     for seq, mid, created, role, kind, line in found:
         if seq != n:
-            yield Finding("positions", key, f"row at position {n} has seq {seq}", n + 1)
+            yield Finding("positions", f"row at position {n} has seq {seq}", key, line=n + 1)
             n = seq
         n += 1
+        offset = nbytes
         nbytes += len(line) + 1
         try:
             message = rows.decode(line)
         except ValueError as exc:
-            yield Finding("corrupt-row", key, str(exc) or type(exc).__name__, seq + 1)
+            yield Finding("corrupt-row", str(exc) or type(exc).__name__, key, line=seq + 1, offset=offset)
             continue
         if (mid, created, role, kind) != rows.index_of(line):
-            yield Finding("index-mismatch", key, f"columns {(mid, created, role, kind)!r} but the line says "
-                          f"{rows.index_of(line)!r}", seq + 1)
+            yield Finding("index-mismatch", f"columns {(mid, created, role, kind)!r} but the line says "
+                          f"{rows.index_of(line)!r}", key, line=seq + 1, offset=offset)
         if message.id:
             if message.id <= previous:
-                yield Finding("id-order", key, f"id {message.id!r} after {previous!r}", seq + 1)
+                yield Finding("id-order", f"id {message.id!r} after {previous!r}", key, line=seq + 1, offset=offset)
             previous = message.id
     if (n, nbytes) != (count, size):
-        yield Finding("counters", key, f"recorded {count} rows / {size} bytes, found {n} / {nbytes}")
+        yield Finding("counters", f"recorded {count} rows / {size} bytes, found {n} / {nbytes}", key)

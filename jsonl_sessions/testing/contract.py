@@ -25,6 +25,11 @@ that **nothing changed**: every session, message, metadata field and activity ti
 through the public API is as before (and, when the backend can show them, the stored
 bytes).
 
+``verify`` is held to its contract too: a fresh and a healthy store verify clean (and
+verifying changes nothing), a key asked for that does not exist is a
+``missing-session`` problem, and, with the ``damage`` capability, a corrupt line is found
+at its line and byte offset.
+
 Capabilities (fixtures a subclass may override; the default skips the tests that need
 it, as fsspec's and zarr's abstract suites do):
 
@@ -343,10 +348,10 @@ BAD_READS: dict[str, Case] = {
 def covered_methods() -> set[str]:
     """The protocol methods the contract's tests call on purpose (keyed methods on
     invalid keys and missing sessions, the writers with bad messages, every case table,
-    the listings :func:`snapshot` compares)."""
+    the listings :func:`snapshot` compares, and ``verify``)."""
     names = {label.split("(")[0] for label in KEYED_METHODS} | set(WRITERS)
     names |= {case[0] for table in (BAD_METADATA, BAD_LISTING, BAD_READS) for case in table.values()}
-    return names | {"list_sessions", "list_sessions_with_metadata", "list_running_sessions"}
+    return names | {"list_sessions", "list_sessions_with_metadata", "list_running_sessions", "verify"}
 
 
 def snapshot(store: SessionBackend, keys: tuple[str, ...] = (KEY, OTHER, "fork", "fork target")) -> dict[str, Any]:
@@ -634,7 +639,52 @@ class SessionStoreContract:
         assert entered.is_set(), "the guard was not released"
         assert [m.content for m in seeded.load(KEY)][-1] == [{"type": "text", "text": "hello"}]
 
-    # -- corruption (capability) --------------------------------------------------------
+    # -- verify -------------------------------------------------------------------------
+    def test_a_fresh_store_verifies_clean(self, store: SessionBackend) -> None:
+        report = store.verify()
+        assert report.ok and report.findings == [] and report.fixed == [], report.findings
+        assert (report.sessions, report.messages, report.bytes) == (0, 0, 0)
+
+    def test_a_healthy_store_verifies_clean_and_verify_changes_nothing(self, seeded: SessionBackend) -> None:
+        before = snapshot(seeded)
+        report = seeded.verify()
+        assert report.ok and report.problems == [], report.problems
+        assert (report.sessions, report.messages) == (2, 4) and report.bytes > 0
+        only = seeded.verify([OTHER])
+        assert only.ok and (only.sessions, only.messages) == (1, 1), only.problems
+        fixed = seeded.verify(fix=True)
+        assert fixed.ok and fixed.fixed == [], fixed.problems
+        self._unchanged(seeded, before, "verify")
+
+    def test_verify_names_a_missing_session_and_refuses_bad_keys(self, seeded: SessionBackend) -> None:
+        before = snapshot(seeded)
+        report = seeded.verify(["no such session", OTHER])
+        assert [(f.kind, f.key, f.severity) for f in report.problems] == [
+            ("missing-session", "no such session", "problem")], report.problems
+        assert (report.sessions, report.messages) == (1, 1)
+        _raises(InvalidSessionKeyError, "verify([''])", seeded.verify, [""])
+        _raises(InvalidArgumentError, "verify('a key')", seeded.verify, KEY)
+        self._unchanged(seeded, before, "verify")
+
+    def test_verify_finds_a_corrupt_line_with_its_line_and_offset(self, seeded: SessionBackend, damage: Any) -> None:
+        """A line another tool wrote that does not parse is a problem of its session,
+        named by its 1-based line and byte offset; verify (with fix too) leaves the
+        stored bytes as they are, and the other session stays clean."""
+        damage = self._damage(damage)
+        good = seeded.load(KEY)
+        offset = len(damage.raw(KEY))
+        damage.append_raw(KEY, b'{"role": 5, "garbage"\n')
+        raw = damage.raw(KEY)
+        report = seeded.verify()
+        assert not report.ok
+        assert {f.key for f in report.problems} == {KEY}, report.problems
+        assert [(f.line, f.offset) for f in report.problems if f.line is not None] == [(len(good) + 1, offset)]
+        assert not any(f.fixable for f in report.problems)
+        assert seeded.verify([OTHER]).ok
+        after_fix = seeded.verify(fix=True)
+        assert after_fix.fixed == [] and after_fix.problems == report.problems
+        assert damage.raw(KEY) == raw, "verify changed a damaged session"
+
     def test_corrupt_line_is_reported_precisely_and_refused(self, seeded: SessionBackend, damage: Any) -> None:
         """try_load names the line and byte offset; load skips it; every write that would
         destroy it refuses (CorruptTranscriptError) with the bytes unchanged; append keeps it."""

@@ -56,6 +56,7 @@ from ..types import (
     as_message,
     datetime_of_ms,
 )
+from ..verification import VerifyReport, missing_session, wanted_keys
 from .reference import EPOCH, ReferenceStore, SessionModel
 
 if TYPE_CHECKING:
@@ -424,6 +425,24 @@ class MemorySessionStore:
         """Nothing to drop in memory: 0. :class:`SessionNotFoundError` for a missing session."""
         with self._read(key):
             return self._ref.compact(key)
+
+    def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport:
+        """What was checked (sessions, messages, the bytes of their lines), every session
+        or only ``keys``; nothing stored here can be damaged, so the only possible finding
+        is a ``missing-session`` for a key asked for that does not exist. Read-only;
+        ``fix`` changes nothing. Cost: O(total size)."""
+        wanted = wanted_keys(keys)
+        with self._model:
+            report = VerifyReport(self._root or ":memory:", "memory")
+            for key in sorted(self._ref.sessions) if wanted is None else wanted:
+                s = self._ref.sessions.get(key)
+                if s is None:
+                    report.findings.append(missing_session(key))
+                    continue
+                report.sessions += 1
+                report.messages += len(s.messages)
+                report.bytes += self._metadata(key, s).size_bytes
+        return report
 
 
 def _decoded(line: bytes) -> ChatMessage:
