@@ -59,6 +59,11 @@ def fstat(fd: int) -> os.stat_result:
     return os.fstat(fd)
 
 
+def stat_of(path: str) -> os.stat_result:
+    """``stat(2)`` of ``path``, following a symbolic link (for the store's own directory)."""
+    return os.stat(path)
+
+
 def lstat(path: str) -> os.stat_result:
     """Stat ``path`` itself (a symlink is not followed)."""
     return os.lstat(path)

@@ -149,3 +149,22 @@ def test_the_async_store_verifies_in_a_worker_thread(tmp_path: pathlib.Path) -> 
 
     report = asyncio.run(check())
     assert report.ok and (report.sessions, report.messages) == (1, 1)
+
+
+@pytest.mark.parametrize("kind", ["scandir", "lstat"])
+def test_an_io_error_listing_or_checking_files_fails_verify_instead_of_reporting_a_healthy_store(
+    tmp_path: pathlib.Path, kind: str
+) -> None:
+    """verify reaches the directory through the platform seam: an I/O error there is an
+    error (or an "unreadable" finding), never a clean report of an empty store."""
+    from jsonl_sessions.testing.faults import FaultInjector
+
+    store = SessionStore(tmp_path / "s")
+    store.append("k", {"role": "user", "content": "hi"})
+    with FaultInjector(kind, 1, persistent=True) as injector:
+        try:
+            report = store.verify()
+        except OSError:
+            report = None
+    assert injector.injected >= 1
+    assert report is None or not report.ok

@@ -18,7 +18,6 @@ locks it later opens the path again instead (docs/format.md, "Lock / control fil
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 
@@ -57,7 +56,7 @@ def _exists(path: str) -> bool:
 def _stems(root: str) -> dict[str, set[str]]:
     """stem -> the roles of the store's files with that stem in ``root`` (one listing)."""
     found: dict[str, set[str]] = {}
-    for name in os.listdir(root):
+    for name in _platform.listdir(root):
         role_stem = classify(name)
         if role_stem is not None and role_stem[1]:
             found.setdefault(role_stem[1], set()).add(role_stem[0])

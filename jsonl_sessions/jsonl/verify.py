@@ -133,11 +133,11 @@ def _check(root: str, keys: list[str] | None, progress: Progress | None) -> Veri
     report = VerifyReport(root, "jsonl")
     wanted = None if keys is None else {key_to_stem(k): k for k in keys}
     if not _platform.IS_WINDOWS:
-        mode = stat.S_IMODE(os.stat(root).st_mode)
+        mode = stat.S_IMODE(_platform.stat_of(root).st_mode)
         if mode != 0o700:
             report.findings.append(_f("permissions", "", f"the store directory has mode {mode:04o}, expected 0700"))
     stems: dict[str, _Stem] = {}
-    with os.scandir(root) as entries:
+    with _platform.scandir(root) as entries:
         for entry in entries:
             role_stem = classify(entry.name)
             if role_stem is None:
@@ -399,7 +399,7 @@ def _check_transcript(report: VerifyReport, root: str, stem: str, entry: _Entry,
             before = read_head(lock_path).seq
             scan = _scan(path, entry.name, key)
             after = read_head(lock_path).seq
-            now = os.lstat(path)
+            now = _platform.lstat(path)
         except (OSError, SessionStoreError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             report.findings.append(_f("unreadable", entry.name, reason, key=key))
