@@ -62,7 +62,7 @@ from .lines import (
     skip_forward,
     starts_file,
 )
-from .transcript import BadLine, parse, parse_file, warn_bad
+from .transcript import BOM_INSIDE, BadLine, parse, parse_file, warn_bad
 from .txn import Root, Tx, mutate
 
 log = logging.getLogger("jsonl_sessions")
@@ -142,7 +142,7 @@ class Session:
             try:
                 return codec.decode_message(line)
             except ValueError as exc:
-                bad.append(BadLine(line_number_of(fd, start), start, str(exc) or type(exc).__name__))
+                bad.append(BadLine.of(line_number_of(fd, start), start, exc))
                 return None
 
         message = control.with_transcript(self.root, self.files, read)
@@ -396,7 +396,7 @@ class Session:
         skip = 0
         if begin > 0 and data.startswith(BOM):  # not a BOM at the file start: a corrupt line
             skip = data.index(b"\n") + 1
-            bad.append(BadLine(first_line + 1, begin, "a byte-order mark inside the file"))
+            bad.append(BadLine(first_line + 1, begin, BOM_INSIDE))
         parsed = parse(data[skip:] if skip else data, strict=False, key=self.files.key, path=self.files.transcript)
         lines_before = 1 if skip else 0
         for b in parsed.bad:
@@ -491,8 +491,8 @@ def _find_valid(tx: Tx, size: int, message_id: str) -> tuple[int, int, bytes]:
     try:
         codec.decode_record(found[2])
     except ValueError as exc:
-        raise CorruptTranscriptError(key=tx.files.key, path=tx.files.transcript, offset=found[0],
-                                     line=line_number_of(tx.fd, found[0]), reason=str(exc)) from None
+        raise BadLine.of(line_number_of(tx.fd, found[0]), found[0], exc).error(tx.files.key,
+                                                                                tx.files.transcript) from None
     return found
 
 
@@ -503,11 +503,9 @@ def _count_removed(tx: Tx, at: int, removed: bytes) -> int:
     if not removed:
         return 0
     if removed.startswith(BOM):  # a BOM is only skipped at the file start
-        raise CorruptTranscriptError(key=files.key, path=files.transcript, line=line_number_of(tx.fd, at),
-                                     offset=at, reason="a byte-order mark inside the file")
+        raise BadLine(line_number_of(tx.fd, at), at, BOM_INSIDE).error(files.key, files.transcript)
     try:
         return len(parse(removed, strict=True, key=files.key, path=files.transcript).messages)
     except CorruptTranscriptError as exc:
         line = line_number_of(tx.fd, at) + (exc.line or 1) - 1
-        raise CorruptTranscriptError(key=files.key, path=files.transcript, line=line, offset=at + (exc.offset or 0),
-                                     reason=exc.reason) from None
+        raise BadLine(line, at + (exc.offset or 0), exc.reason or "").error(files.key, files.transcript) from None
