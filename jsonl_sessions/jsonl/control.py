@@ -445,7 +445,7 @@ def count_with_size(root: Root, files: SessionFiles) -> tuple[int, int] | None:
             if size != st.st_size:  # an append not yet durable: count what is, store nothing
                 # Its write moved the file's mtime, so the cache cannot match in full; the
                 # bytes it describes are the durable ones if inode, size and counter agree.
-                if cache is not None and (cache.ino, cache.size, cache.seq) == (st.st_ino, size, head.seq):
+                if cache is not None and cache.matches_prefix(st, size, head.seq):
                     return cache.lines, size, None
                 return count_newlines(fd, 0, size), size, None
             if cache is not None and cache.matches(st, head.seq):

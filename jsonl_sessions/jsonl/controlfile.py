@@ -55,6 +55,12 @@ class CountCache(NamedTuple):
         return (self.ino == st.st_ino and self.size == st.st_size and self.mtime == st.st_mtime_ns
                 and self.seq == seq)
 
+    def matches_prefix(self, st: os.stat_result, size: int, seq: int) -> bool:
+        """Whether the cache describes the first ``size`` bytes of the file ``st`` describes,
+        which grew past them (a durable append in flight: its write moved the mtime, so
+        :meth:`matches` cannot hold): same inode and counter, and ``size`` is what was counted."""
+        return self.ino == st.st_ino and self.size == size and self.seq == seq
+
     @classmethod
     def of(cls, st: os.stat_result, lines: int, seq: int) -> CountCache:
         return cls(st.st_ino, st.st_size, st.st_mtime_ns, lines, seq)

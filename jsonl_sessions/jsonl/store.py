@@ -180,7 +180,7 @@ class SessionStore:
         """The recorded breadcrumb flag; None when the session is missing or never set it.
         Takes no lock, yet never pairs a new transcript with an old flag: the renames of
         a replace happen with the control file's counter odd, and a committed but
-        unfinished replace is completed first (see :mod:`jsonl_sessions.jsonl.reads`)."""
+        unfinished replace is completed first (see :mod:`jsonl_sessions.jsonl.control`)."""
         return self._session(key).breadcrumb()
 
     # -- appending ---------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Mutations of one session: ``with mutate(root, files) as tx:`` and a few primitives.
 
-:func:`mutate` takes the session's guard (waiting up to the store's ``lock_timeout``),
-completes whatever a dead writer left (a committed roll-forward record, an odd counter),
-and hands out a :class:`Tx`. Every primitive of the :class:`Tx` is all-or-nothing on disk,
+:func:`mutate` takes the session's guard (waiting up to the store's ``lock_timeout``;
+:func:`~jsonl_sessions.jsonl.control.acquire`, which completes whatever a dead writer left:
+:func:`~jsonl_sessions.jsonl.control.recover`) and hands out a :class:`Tx`. Every primitive of the :class:`Tx` is all-or-nothing on disk,
 also after SIGKILL or an I/O error at any point, keeps lock-free readers safe (the
 sequence counter is odd around anything that rewrites bytes in place) and keeps the
 count cache current:
