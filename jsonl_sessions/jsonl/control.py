@@ -86,17 +86,8 @@ READ_RETRY_SECONDS = 0.2
 
 
 # -- writers: changes in place, with the counter odd -------------------------------------
-class Holder(Protocol):
-    """What the primitives here need of a held guard (:class:`jsonl_sessions.jsonl.guard.SessionGuard`)."""
-
-    seq: int
-
-    def begin_in_place(self) -> None: ...
-    def end_in_place(self) -> None: ...
-
-
 @contextlib.contextmanager
-def in_place(guard: Holder) -> Iterator[None]:
+def in_place(guard: SessionGuard) -> Iterator[None]:
     """Make the counter odd for the block (readers that overlap it retry), even after.
     If the counter cannot be marked the block does not run; if it cannot be made even
     again, the error is swallowed: the counter stays odd and the next guard holder (or a
@@ -109,7 +100,7 @@ def in_place(guard: Holder) -> Iterator[None]:
             guard.end_in_place()
 
 
-def cut(guard: Holder, fd: int, at: int, *, durable: bool) -> None:
+def cut(guard: SessionGuard, fd: int, at: int, *, durable: bool) -> None:
     """Truncate the transcript open as ``fd`` to ``at`` bytes (a line boundary) with the
     counter odd; fsynced when ``durable``. Atomic: a truncate is all or nothing."""
     with in_place(guard):
@@ -118,7 +109,7 @@ def cut(guard: Holder, fd: int, at: int, *, durable: bool) -> None:
             _platform.fsync(fd)
 
 
-def rename_over(guard: Holder, src: str, dst: str) -> None:
+def rename_over(guard: SessionGuard, src: str, dst: str) -> None:
     """Rename ``src`` over ``dst`` with the counter odd, so no count cached for the older
     file survives it (inode numbers are reused) and readers retry around it. The caller
     fsyncs the directory."""
@@ -134,7 +125,7 @@ class Record(Protocol):
     op: ClassVar[str]
 
     def fields(self) -> dict[str, Any]: ...
-    def apply(self, guard: Holder, files: SessionFiles, *, durable: bool) -> None: ...
+    def apply(self, guard: SessionGuard, files: SessionFiles, *, durable: bool) -> None: ...
 
 
 def _for_write(files: SessionFiles, use: Callable[[int, int], None]) -> None:
@@ -175,7 +166,7 @@ class AppendBatch:
     def parse(cls, data: dict[str, Any]) -> AppendBatch:
         return cls(_int(data, "at"), _int(data, "end"))
 
-    def apply(self, guard: Holder, files: SessionFiles, *, durable: bool) -> None:
+    def apply(self, guard: SessionGuard, files: SessionFiles, *, durable: bool) -> None:
         def complete(fd: int, size: int) -> None:
             cut_short = self.at <= size < self.end
             if cut_short or (size >= self.end > self.at and _platform.pread(fd, 1, self.end - 1) != b"\n"):
@@ -203,7 +194,7 @@ class TailRewrite:
             raise ValueError(f"'line' must be a string, not {line!r}")
         return cls(_int(data, "at"), line.encode("utf-8"))
 
-    def apply(self, guard: Holder, files: SessionFiles, *, durable: bool) -> None:
+    def apply(self, guard: SessionGuard, files: SessionFiles, *, durable: bool) -> None:
         def complete(fd: int, _size: int) -> None:
             with in_place(guard):
                 _platform.truncate(fd, self.at)
@@ -236,7 +227,7 @@ class Moves:
             raise ValueError(f"'moves' must be a list of [temp, target] file names, not {moves!r}")
         return cls(tuple((src, dst) for src, dst in moves))
 
-    def apply(self, guard: Holder, files: SessionFiles, *, durable: bool) -> None:
+    def apply(self, guard: SessionGuard, files: SessionFiles, *, durable: bool) -> None:
         with in_place(guard):
             for src, dst in self.moves:
                 src_path = os.path.join(files.root, src)
@@ -476,7 +467,7 @@ def _store_count(root: Root, files: SessionFiles, counted: os.stat_result, lines
 
 
 __all__ = ["COUNT", "COUNT_OFFSET", "DEFAULT", "HEAD_BYTES", "READ_RETRY_SECONDS", "RECORD_OFFSET", "RETIRED", "SEQ",
-           "SEQ_OFFSET", "VISIBLE_OFFSET", "AppendBatch", "CountCache", "Head", "Holder", "Moves", "Record",
+           "SEQ_OFFSET", "VISIBLE_OFFSET", "AppendBatch", "CountCache", "Head", "Moves", "Record",
            "TailRewrite", "acquire", "consistent", "count", "count_with_size", "cut", "decode_head", "encode_record",
            "enter", "in_place", "parse_record", "peek_head", "read_control", "read_head", "read_transcript",
            "recover", "rename_over", "try_recover", "with_transcript"]
