@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from . import codec
 from .jsonl.lines import BOM
+from .jsonl.transcript import BadLine
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ def plan_lines(lines: Iterable[bytes], offset: int = 0) -> CompactionPlan:
         try:
             record = codec.decode_record(line)
         except ValueError as exc:
-            drop = DroppedLine(number, offset, str(exc) or type(exc).__name__, _excerpt(line), True)
+            corrupt = BadLine.of(number, offset, exc)
+            drop = DroppedLine(corrupt.line, corrupt.offset, corrupt.reason, _excerpt(line), True)
         else:
             mid = record.get("id") or ""
             first = seen.get(mid) if mid else None

@@ -1,187 +1,93 @@
-"""A session's control file (``<stem>.lock``): the sequence counter, the count cache and the
-roll-forward record, and the in-place primitives that keep lock-free readers safe.
+"""The concurrency protocol of a session, in one place: how writers change a session's
+files so that lock-free readers never see a half-made state, how readers check that,
+and how the next writer completes what a dead one left. The control file's bytes
+(offsets, decoding) are :mod:`jsonl_sessions.jsonl.controlfile`; the lock is
+:mod:`jsonl_sessions.jsonl.guard`; the mutations built on this are :mod:`jsonl_sessions.jsonl.txn`.
 
-Layout (docs/format.md): bytes 0-7 either zero, the visible end (little-endian u64: one
-more than how many transcript bytes lock-free readers may see while a durable append is
-not yet fsynced), or :data:`RETIRED` once the file was unlinked; bytes 8-15 the sequence
-counter (odd while a mutation rewrites transcript bytes in place); bytes 16-55 the count
-cache (transcript inode, size, mtime ns, complete lines, counter when written); bytes 56-
-the roll-forward record, empty or one JSON object and ``\\n``.
+**Writers** hold the session's guard (:func:`acquire`: a thread lock plus an ``flock`` on
+the control file ``<stem>.lock``), which also keeps the control file's fields in memory
+and writes them:
 
-Records are typed values (:class:`AppendBatch`, :class:`TailRewrite`, :class:`Moves`)
-that encode, parse and validate themselves and know how to complete themselves
-(:meth:`apply`, used by recovery and by the mutation that wrote them). The guard that
-owns the file while a mutation runs is :mod:`jsonl_sessions.jsonl.guard`; everything here that
-writes takes that guard as its first argument and is called while it is held.
+- the *sequence counter* is odd while a mutation rewrites transcript bytes in place
+  (truncate, tail rewrite, rename over the transcript: :func:`in_place`, :func:`cut`,
+  :func:`rename_over`) and even otherwise; appends of one line never touch it (a reader
+  sees a prefix; an append in progress is a torn tail, which readers ignore);
+- the *visible end*, set while a durable append is between its write and the end of its
+  fsync, says how many transcript bytes readers may use, so a line whose fsync fails
+  (and is rolled back) is never returned;
+- the *count cache* (transcript inode, size, mtime, lines, counter) makes counting O(1)
+  while all of them still match the file;
+- a *roll-forward record* (:class:`AppendBatch`, :class:`TailRewrite`, :class:`Moves`) is
+  committed (written and fsynced) before a multi-step mutation touches the session; once
+  committed the mutation counts as done, and whoever holds the guard next completes it.
+
+**Recovery** runs when a guard is taken first (:func:`enter`) and finds what a dead
+writer left: :func:`recover` completes a committed record (drops a torn one with its temp
+files), makes an odd counter even and clears a stale visible end. Always durable.
+
+**Readers** take no lock. :func:`consistent` reads the counter, runs the read, and reads
+the counter again; when it was odd or moved meanwhile, the read is retried, so a reader
+never sees bytes spliced from two states. Two states are never returned: the one a
+committed roll-forward record replaces (the reader first takes the guard for a moment, if
+free, which completes the record: :func:`try_recover`), and one behind a counter left odd
+by a dead writer (after :data:`READ_RETRY_SECONDS` the reader takes the guard, if free,
+which makes it even). When that recovery fails with an I/O error, the reader raises it
+(``OSError``) instead of reading files that may be half-way between states. A visible end
+found while the guard is free is stale, and cleared first the same way.
+
+Every OS call goes through :mod:`jsonl_sessions._platform` (the fault-injection seam).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
-import struct
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
 import orjson
 
 from .. import _platform
-from ..errors import CorruptControlError, UnsafePathError
-from .layout import SessionFiles, open_regular
+from ..errors import CorruptControlError, SessionStoreError
+from ._atomic import unlink_quietly
+from .controlfile import (
+    COUNT,
+    COUNT_OFFSET,
+    HEAD_BYTES,
+    RECORD_OFFSET,
+    RETIRED,
+    SEQ,
+    SEQ_OFFSET,
+    VISIBLE_OFFSET,
+    CountCache,
+    Head,
+    decode_head,
+    encode_record,
+    peek_head,
+    read_control,
+    read_head,
+)
+from .guard import REGISTRY, GuardClosed, SessionGuard
+from .layout import FileState, SessionFiles
+from .lines import count_newlines
 
-VISIBLE_OFFSET = 0
-#: Bytes 0-7 of a lock file its remover unlinked while holding its flock (see
-#: :meth:`jsonl_sessions.jsonl.guard.SessionGuard.retire`): whoever locks that file afterwards
-#: opens the path again instead of using it. Checked before the visible end, which it
-#: can never be taken for (as a number it is about 7e17, beyond any transcript's size).
-RETIRED = b"RETIRED\n"
-SEQ_OFFSET = 8
-COUNT_OFFSET = 16
-RECORD_OFFSET = 56
-SEQ = struct.Struct("<Q")
-COUNT = struct.Struct("<QQQQQ")  # transcript inode, size, mtime (ns), lines, sequence counter
-#: How much of the control file one read takes first: the fixed part and a small record.
-HEAD_BYTES = 4096
+if TYPE_CHECKING:
+    from .txn import Root
 
-
-class CountCache(NamedTuple):
-    """What a writer last knew: the transcript (inode) had ``lines`` complete lines when
-    it was ``size`` bytes long and last modified at ``mtime`` (ns), with the sequence
-    counter at ``seq``. Trusted only while all four still match the file."""
-
-    ino: int
-    size: int
-    mtime: int
-    lines: int
-    seq: int
-
-    def matches(self, st: os.stat_result, seq: int) -> bool:
-        return (self.ino == st.st_ino and self.size == st.st_size and self.mtime == st.st_mtime_ns
-                and self.seq == seq)
-
-    @classmethod
-    def of(cls, st: os.stat_result, lines: int, seq: int) -> CountCache:
-        return cls(st.st_ino, st.st_size, st.st_mtime_ns, lines, seq)
-
-    def encode(self) -> bytes:
-        return COUNT.pack(*self)
+log = logging.getLogger("jsonl_sessions")
+_T = TypeVar("_T")
+#: ``timeout`` meaning "the store's lock_timeout".
+DEFAULT: Literal[False] = False
+#: How long a reader waits on an odd counter before it tries to recover it.
+READ_RETRY_SECONDS = 0.2
 
 
-class Head(NamedTuple):
-    """The control file's fixed part as read: counter, count cache, whether (and which
-    bytes of) a roll-forward record follows, and the visible end."""
-
-    seq: int
-    cache: CountCache | None
-    record: bytes | None  # the record's bytes (maybe only a prefix: see ``complete``)
-    #: None, or how many bytes of the transcript a lock-free reader may use: the bytes
-    #: after it belong to a durable append whose fsync has not returned yet.
-    visible: int | None = None
-    #: Whether bytes 0-7 hold :data:`RETIRED` (the file was unlinked by its remover).
-    retired: bool = False
-
-    def visible_size(self, size: int) -> int:
-        """How much of a transcript of ``size`` bytes a reader may use."""
-        return size if self.visible is None or self.visible > size else self.visible
-
-    @property
-    def pending(self) -> bool:
-        return self.record is not None
-
-
-def decode_head(raw: bytes) -> Head:
-    """Decode the first bytes of a control file (any length; missing parts read as zero)."""
-    seq = SEQ.unpack_from(raw, SEQ_OFFSET)[0] if len(raw) >= SEQ_OFFSET + SEQ.size else 0
-    cache = None
-    if len(raw) >= COUNT_OFFSET + COUNT.size:
-        cache = CountCache(*COUNT.unpack_from(raw, COUNT_OFFSET))
-        if not cache.ino:
-            cache = None
-    record = raw[RECORD_OFFSET:] if len(raw) > RECORD_OFFSET and raw[RECORD_OFFSET] else None
-    if raw[VISIBLE_OFFSET:VISIBLE_OFFSET + len(RETIRED)] == RETIRED:
-        return Head(seq, cache, record, None, True)
-    end = SEQ.unpack_from(raw, VISIBLE_OFFSET)[0] if len(raw) >= VISIBLE_OFFSET + SEQ.size else 0
-    return Head(seq, cache, record, end - 1 if end else None)
-
-
-def read_control(fd: int) -> Head:
-    """The control file open as ``fd``, with the whole record, whatever its size (a tail
-    record holds a line as long as the store accepts, escaped: it can be several times
-    ``max_message_bytes``). One read when the record is small, else also an ``fstat`` and
-    one read of the rest. Recovery and ``verify`` both read records through this."""
-    raw = _platform.pread(fd, HEAD_BYTES, 0)
-    if len(raw) == HEAD_BYTES and raw[RECORD_OFFSET]:
-        raw += _read_to_end(fd, HEAD_BYTES)
-    return decode_head(raw)
-
-
-def _read_to_end(fd: int, offset: int) -> bytes:
-    """Every byte of ``fd`` from ``offset`` to its end of file (loops if the file grew
-    after the ``fstat``, so the result never stops short of an end of file)."""
-    chunks = []
-    want = max(_platform.fstat(fd).st_size - offset, 0) + 1
-    while True:
-        chunk = _platform.pread(fd, want, offset)
-        chunks.append(chunk)
-        if len(chunk) < want:
-            return b"".join(chunks)
-        offset += len(chunk)
-        want = 1 << 20
-
-
-def read_head(path: str, record_bytes: int | None = 1, key: str | None = None) -> Head:
-    """The control file at ``path`` read without locking (all zero when there is none);
-    ``record_bytes``: how much of a record to read (None: all of it, as
-    :func:`read_control`). :class:`UnsafePathError` (naming session ``key``) for a
-    symlink or another non-regular file."""
-    opened = open_regular(path, os.O_RDONLY, key)
-    if opened is None:
-        return Head(0, None, None)
-    fd, _st = opened
-    try:
-        if record_bytes is None:
-            return read_control(fd)
-        return decode_head(_platform.pread(fd, RECORD_OFFSET + record_bytes, 0))
-    finally:
-        _platform.close(fd)
-
-
-def peek_head(path: str, key: str | None = None) -> Head:
-    """:func:`read_head` (no record) of a control file a directory scan just saw as a
-    regular file: open (never following a symlink, never waiting), one read, close; no
-    ``fstat`` and no ``fcntl``. Should it have become something else since, the read
-    fails (a FIFO or directory cannot be ``pread``) rather than blocks; a file system that
-    honours ``O_NONBLOCK`` on a regular file gets the full :func:`read_head`."""
-    try:
-        fd = _platform.open_file(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return Head(0, None, None)
-    except OSError as exc:
-        if exc.errno in _platform.SYMLINK_ERRNOS or exc.errno in _platform.NOT_REGULAR_ERRNOS:
-            raise UnsafePathError(key=key, path=path) from None
-        raise
-    try:
-        raw = _platform.pread(fd, RECORD_OFFSET + 1, 0)
-    except BlockingIOError:
-        raw = None
-    finally:
-        _platform.close(fd)
-    return read_head(path, key=key) if raw is None else decode_head(raw)
-
-
-# -- the guard's side of the file -------------------------------------------------------
-class Holder(Protocol):
-    """What the primitives here need of a held guard (:class:`jsonl_sessions.jsonl.guard.SessionGuard`)."""
-
-    seq: int
-
-    def begin_in_place(self) -> None: ...
-    def end_in_place(self) -> None: ...
-
-
+# -- writers: changes in place, with the counter odd -------------------------------------
 @contextlib.contextmanager
-def in_place(guard: Holder) -> Iterator[None]:
+def in_place(guard: SessionGuard) -> Iterator[None]:
     """Make the counter odd for the block (readers that overlap it retry), even after.
     If the counter cannot be marked the block does not run; if it cannot be made even
     again, the error is swallowed: the counter stays odd and the next guard holder (or a
@@ -194,7 +100,7 @@ def in_place(guard: Holder) -> Iterator[None]:
             guard.end_in_place()
 
 
-def cut(guard: Holder, fd: int, at: int, *, durable: bool) -> None:
+def cut(guard: SessionGuard, fd: int, at: int, *, durable: bool) -> None:
     """Truncate the transcript open as ``fd`` to ``at`` bytes (a line boundary) with the
     counter odd; fsynced when ``durable``. Atomic: a truncate is all or nothing."""
     with in_place(guard):
@@ -203,7 +109,7 @@ def cut(guard: Holder, fd: int, at: int, *, durable: bool) -> None:
             _platform.fsync(fd)
 
 
-def rename_over(guard: Holder, src: str, dst: str) -> None:
+def rename_over(guard: SessionGuard, src: str, dst: str) -> None:
     """Rename ``src`` over ``dst`` with the counter odd, so no count cached for the older
     file survives it (inode numbers are reused) and readers retry around it. The caller
     fsyncs the directory."""
@@ -219,15 +125,10 @@ class Record(Protocol):
     op: ClassVar[str]
 
     def fields(self) -> dict[str, Any]: ...
-    def apply(self, guard: Holder, files: SessionFiles, *, durable: bool) -> None: ...
+    def apply(self, guard: SessionGuard, files: SessionFiles, *, durable: bool) -> None: ...
 
 
-def encode_record(record: Record) -> bytes:
-    """The record's bytes as written at :data:`RECORD_OFFSET` (JSON object + newline)."""
-    return orjson.dumps({"op": record.op, **record.fields()}, option=orjson.OPT_APPEND_NEWLINE)
-
-
-def _on_transcript(files: SessionFiles, use: Callable[[int, int], None]) -> None:
+def _for_write(files: SessionFiles, use: Callable[[int, int], None]) -> None:
     """``use(fd, size)`` on the transcript opened for writing (closed after); nothing when
     the session does not exist."""
     opened = files.open_transcript_for_write()
@@ -265,13 +166,13 @@ class AppendBatch:
     def parse(cls, data: dict[str, Any]) -> AppendBatch:
         return cls(_int(data, "at"), _int(data, "end"))
 
-    def apply(self, guard: Holder, files: SessionFiles, *, durable: bool) -> None:
+    def apply(self, guard: SessionGuard, files: SessionFiles, *, durable: bool) -> None:
         def complete(fd: int, size: int) -> None:
             cut_short = self.at <= size < self.end
             if cut_short or (size >= self.end > self.at and _platform.pread(fd, 1, self.end - 1) != b"\n"):
                 cut(guard, fd, self.at, durable=durable)
 
-        _on_transcript(files, complete)
+        _for_write(files, complete)
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +194,7 @@ class TailRewrite:
             raise ValueError(f"'line' must be a string, not {line!r}")
         return cls(_int(data, "at"), line.encode("utf-8"))
 
-    def apply(self, guard: Holder, files: SessionFiles, *, durable: bool) -> None:
+    def apply(self, guard: SessionGuard, files: SessionFiles, *, durable: bool) -> None:
         def complete(fd: int, _size: int) -> None:
             with in_place(guard):
                 _platform.truncate(fd, self.at)
@@ -301,7 +202,7 @@ class TailRewrite:
                 if durable:
                     _platform.fsync(fd)
 
-        _on_transcript(files, complete)
+        _for_write(files, complete)
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +227,7 @@ class Moves:
             raise ValueError(f"'moves' must be a list of [temp, target] file names, not {moves!r}")
         return cls(tuple((src, dst) for src, dst in moves))
 
-    def apply(self, guard: Holder, files: SessionFiles, *, durable: bool) -> None:
+    def apply(self, guard: SessionGuard, files: SessionFiles, *, durable: bool) -> None:
         with in_place(guard):
             for src, dst in self.moves:
                 src_path = os.path.join(files.root, src)
@@ -369,3 +270,204 @@ def parse_record(raw: bytes, *, path: str | None = None, key: str | None = None)
         return kind.parse(data)
     except ValueError as exc:
         raise CorruptControlError(key=key, path=path, offset=RECORD_OFFSET, reason=str(exc)) from None
+
+
+# -- taking the guard, and recovery ----------------------------------------------------
+def acquire(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> SessionGuard:
+    """Take the session's guard (reentrant in a thread) and, when this took it first,
+    complete what a dead writer left. Raises :class:`LockTimeoutError`."""
+    while True:
+        try:
+            return enter(root, files, REGISTRY.get(files.lock), timeout)
+        except GuardClosed:
+            continue
+
+
+def enter(root: Root, files: SessionFiles, guard: SessionGuard, timeout: float | None | Literal[False] = DEFAULT,
+          first: list[bool] | None = None) -> SessionGuard:
+    """:func:`acquire` of one given guard (:class:`GuardClosed` if it was evicted: look
+    it up again). ``first``: gets whether this call took the guard first (not reentrant)."""
+    took = guard.acquire(root.lock_timeout if timeout is False else timeout, files.key)
+    if first is not None:
+        first.append(took)
+    if took and (guard.record is not None or guard.seq & 1 or guard.hidden is not None):
+        try:
+            guard.drop_view()
+            recover(guard, files)
+        except BaseException:
+            guard.release()
+            raise
+    return guard
+
+
+def recover(guard: SessionGuard, files: SessionFiles) -> None:
+    """Complete (roll forward) a committed record, or drop a torn one with its temp files;
+    make an odd counter even. Always durable: it runs after a crash. Raises
+    :class:`CorruptControlError` for a committed record this version does not know."""
+    raw = guard.record
+    if raw is not None:
+        record = parse_record(raw, path=files.lock, key=files.key)
+        if record is None:
+            log.warning("dropping an uncommitted roll-forward record of session %r", files.key)
+            for temp in files.temps:
+                unlink_quietly(temp)
+        else:
+            log.info("completing an interrupted %s of session %r", record.op, files.key)
+            record.apply(guard, files, durable=True)
+        guard.clear_record(durable=True)
+    if guard.seq & 1:
+        guard.end_in_place()
+    if guard.hidden is not None:
+        # Its writer died between write and acknowledgement (a crash may keep such a whole
+        # line), or a power loss kept the mark but not its clearing: the bytes stand.
+        guard.show_all()
+
+
+def try_recover(root: Root, files: SessionFiles, *, strict: bool = False) -> None:
+    """Take the guard for a moment if it is free (which runs recovery); never waits.
+    Raises nothing, except with ``strict`` an ``OSError`` from the attempt (recovery
+    could not run or failed part-way: the files may hold neither the state before an
+    interrupted mutation nor the one after, so a reader must not use them)."""
+    try:
+        acquire(root, files, timeout=0).release()
+    except SessionStoreError:
+        pass  # busy (its holder is alive and finishes it), or a bad control file the next writer reports
+    except OSError:
+        if strict:
+            raise
+
+
+# -- readers: lock-free, retried until no in-place change overlapped them -------------
+def consistent(root: Root, files: SessionFiles, read: Callable[[Head], _T]) -> _T:
+    """``read(head)`` (a lock-free read of the session's files, given the control file as
+    it was just before) run until no in-place mutation overlapped it."""
+    started = time.monotonic()
+    delay = 0.0001
+    completed = False
+    while True:
+        head = read_head(files.lock, key=files.key)
+        if (head.pending or head.visible is not None) and not completed:
+            # A committed record: its mutation counts as done, so the state it replaces
+            # must not be returned. If its writer died, taking the guard (if free)
+            # completes it; if the guard is held, the writer is still running and the
+            # state before its mutation is still the current one. An I/O error while
+            # completing it is raised: the files may be half-way between the two states.
+            # A visible end likewise: held, its append is in flight (read up to it);
+            # free, it is stale (a dead writer's, or one a power loss kept): recovery
+            # clears it, so no acknowledged line is hidden (best effort: a reader that
+            # cannot clear it reads up to it, a durable state).
+            completed = True
+            try_recover(root, files, strict=head.pending)
+            continue
+        if not head.seq & 1:
+            result = read(head)
+            after = read_head(files.lock, key=files.key)
+            # A visible end that appeared during the read: the read may hold bytes not yet durable.
+            if after.seq == head.seq and (after.visible is None or head.visible is not None):
+                return result
+        elif time.monotonic() - started > READ_RETRY_SECONDS:
+            # Its writer may have died: recovery makes it even (an I/O error doing so is
+            # raised, rather than waiting on a counter nothing can make even).
+            try_recover(root, files, strict=True)
+            started = time.monotonic()
+        time.sleep(delay)
+        delay = min(delay * 2, 0.005)
+
+
+def with_transcript(root: Root, files: SessionFiles, read: Callable[[int, int], _T]) -> _T | None:
+    """``read(fd, size)`` on the transcript opened read-only, consistently (see
+    :func:`consistent`); None when the session does not exist. An error from ``read``
+    (SessionStoreError, ValueError, LookupError) is raised only once the counter says it
+    came from a stable state (one raised while a truncation ran is retried)."""
+
+    def attempt(head: Head) -> tuple[_T | None, Exception | None] | None:
+        try:
+            return _read_only(files, lambda fd, st: (read(fd, head.visible_size(st.st_size)), None))
+        except (SessionStoreError, ValueError, LookupError) as exc:
+            return None, exc
+
+    outcome = consistent(root, files, attempt)
+    if outcome is None:
+        return None
+    result, error = outcome
+    if error is not None:
+        raise error
+    return result
+
+
+def _read_only(files: SessionFiles, use: Callable[[int, os.stat_result], _T]) -> _T | None:
+    """``use(fd, fstat)`` on the transcript opened read-only (closed after); None when missing."""
+    opened = files.open_transcript(os.O_RDONLY)
+    if opened is None:
+        return None
+    fd, st = opened
+    try:
+        return use(fd, st)
+    finally:
+        _platform.close(fd)
+
+
+def read_transcript(root: Root, files: SessionFiles) -> bytes | None:
+    """The transcript's bytes, never spliced by an in-place mutation; None when missing."""
+    return with_transcript(root, files, lambda fd, size: _platform.pread(fd, size, 0))
+
+
+def count(root: Root, files: SessionFiles) -> int | None:
+    """How many complete lines the transcript holds; None when the session does not exist.
+    Takes no lock. O(1) while the count cache matches the file (inode, size, mtime and
+    counter); otherwise one newline count (O(transcript), no parsing), stored in the
+    cache if the guard is free and nothing changed meanwhile."""
+    counted = count_with_size(root, files)
+    return None if counted is None else counted[0]
+
+
+def count_with_size(root: Root, files: SessionFiles) -> tuple[int, int] | None:
+    """:func:`count`, with the transcript size (bytes) the count describes: the file's
+    size, or less while a durable append is in flight (its line is not counted yet). Also
+    O(1) then: the count cache describes the file as it was when the append began."""
+    seen: list[int] = []
+
+    def read(head: Head) -> tuple[int, int, os.stat_result | None] | None:
+        seen.append(head.seq)
+
+        def lines(fd: int, st: os.stat_result) -> tuple[int, int, os.stat_result | None]:
+            size = head.visible_size(st.st_size)
+            cache = head.cache
+            if size != st.st_size:  # an append not yet durable: count what is, store nothing
+                # Its write moved the file's mtime, so the cache cannot match in full; the
+                # bytes it describes are the durable ones if inode, size and counter agree.
+                if cache is not None and cache.matches_prefix(st, size, head.seq):
+                    return cache.lines, size, None
+                return count_newlines(fd, 0, size), size, None
+            if cache is not None and cache.matches(st, head.seq):
+                return cache.lines, size, None
+            return count_newlines(fd, 0, size), size, st
+
+        return _read_only(files, lines)
+
+    result = consistent(root, files, read)
+    if result is None:
+        return None
+    lines, size, counted = result
+    if counted is not None:
+        _store_count(root, files, counted, lines, seen[-1])
+    return lines, size
+
+
+def _store_count(root: Root, files: SessionFiles, counted: os.stat_result, lines: int, seq: int) -> None:
+    """Write a full count into the cache, if the guard is free and the file is unchanged."""
+    with contextlib.suppress(SessionStoreError, OSError):
+        guard = acquire(root, files, timeout=0)
+        try:
+            now = _platform.lstat(files.transcript)
+            if guard.seq == seq and FileState.of(counted).unchanged(now):
+                guard.write_count(counted, lines)
+        finally:
+            guard.release()
+
+
+__all__ = ["COUNT", "COUNT_OFFSET", "DEFAULT", "HEAD_BYTES", "READ_RETRY_SECONDS", "RECORD_OFFSET", "RETIRED", "SEQ",
+           "SEQ_OFFSET", "VISIBLE_OFFSET", "AppendBatch", "CountCache", "Head", "Moves", "Record",
+           "TailRewrite", "acquire", "consistent", "count", "count_with_size", "cut", "decode_head", "encode_record",
+           "enter", "in_place", "parse_record", "peek_head", "read_control", "read_head", "read_transcript",
+           "recover", "rename_over", "try_recover", "with_transcript"]

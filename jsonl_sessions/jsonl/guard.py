@@ -40,11 +40,11 @@ import logging
 import os
 import threading
 import time
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import _platform
 from ..errors import LockTimeoutError
-from .control import (
+from .controlfile import (
     COUNT,
     COUNT_OFFSET,
     RECORD_OFFSET,
@@ -53,12 +53,14 @@ from .control import (
     SEQ_OFFSET,
     VISIBLE_OFFSET,
     CountCache,
-    Record,
     encode_record,
     read_control,
 )
-from .layout import open_regular
+from .layout import FileState, open_regular
 from .lines import Tail
+
+if TYPE_CHECKING:
+    from .control import Record
 
 log = logging.getLogger("jsonl_sessions")
 
@@ -87,16 +89,25 @@ class TranscriptView(NamedTuple):
     #: The id of the tail's last line, when the writer of that line kept it ("": read it off the line).
     last_id: str = ""
 
+    @classmethod
+    def of(cls, fd: int, st: os.stat_result, seq: int, tail: Tail | None, clean: bool = False,
+           last_id: str = "") -> TranscriptView:
+        """The view of the transcript open as ``fd``, as ``st`` (its fstat) describes it."""
+        return cls(fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, seq, tail, clean, last_id)
+
+    @property
+    def file(self) -> FileState:
+        return FileState(self.dev, self.ino, self.size, self.mtime)
+
     def same_file(self, st: os.stat_result) -> bool:
         """Whether ``st`` (a stat of the transcript's path) is the file this view holds open."""
-        return st.st_ino == self.ino and st.st_dev == self.dev
+        return self.file.same_file(st)
 
     def unchanged(self, st: os.stat_result, seq: int) -> bool:
         """Whether the file ``st`` describes is still as this view saw it: same file, size,
         mtime and counter (every rename and in-place rewrite the store makes moves the
         counter; an append by anyone changes the size)."""
-        return (st.st_size == self.size and st.st_mtime_ns == self.mtime and seq == self.seq
-                and self.same_file(st))
+        return seq == self.seq and self.file.unchanged(st)
 
 
 class GuardClosed(Exception):
@@ -130,7 +141,7 @@ class SessionGuard:
         self.changes = 0
         #: (device, inode, size, mtime ns, counter) of a transcript this process wrote
         #: whole and has not kept open: known to parse while all five still match.
-        self.clean_mark: tuple[int, int, int, int, int] | None = None
+        self.clean_mark: tuple[FileState, int] | None = None
         self._owner = 0
         #: Whether the lock file was unlinked under this hold (:meth:`retire`).
         self._retired = False
@@ -189,7 +200,7 @@ class SessionGuard:
             st = _platform.lstat(self.path)
         except FileNotFoundError:
             return False
-        if (st.st_ino, st.st_dev) != (mine.st_ino, mine.st_dev):
+        if not FileState.of(mine).same_file(st):
             return False
         _platform.pwrite(self._fd, bytes(len(RETIRED)), 0)
         return True

@@ -19,7 +19,7 @@ import logging
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import _platform
 from ..errors import CorruptMetadataError, SessionStoreError, UnsafePathError
@@ -40,6 +40,34 @@ WRITE_FLAGS = os.O_RDWR | os.O_APPEND
 ROLES = ("transcript", "sidecar", "lock", "temp", "quarantine")
 
 log = logging.getLogger("jsonl_sessions")
+
+
+class FileState(NamedTuple):
+    """Which file a stat describes (device and inode) and how it looked then (size and
+    mtime in ns): the one way the store tells whether a path still names a file it saw
+    before, and whether that file changed since. Make one with :meth:`of`."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileState:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def same_file(self, st: os.stat_result) -> bool:
+        """Whether ``st`` describes this file (same device and inode): not renamed over or
+        re-created since. Inode numbers are reused once a file is gone, so where that can
+        happen the caller also checks the control file's counter, which every rename the
+        store makes moves."""
+        return st.st_ino == self.ino and st.st_dev == self.dev
+
+    def unchanged(self, st: os.stat_result) -> bool:
+        """:meth:`same_file`, with the same size and mtime: nothing appended, truncated or
+        written since (to the mtime's resolution; the store's own in-place rewrites also
+        move the counter, which callers compare too)."""
+        return st.st_size == self.size and st.st_mtime_ns == self.mtime and self.same_file(st)
 
 
 def open_regular(path: str, flags: int, key: str | None = None, *,

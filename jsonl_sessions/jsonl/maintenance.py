@@ -22,8 +22,8 @@ from ..errors import CorruptTranscriptError, LockTimeoutError, SessionNotFoundEr
 from . import prune, quarantine
 from .control import read_head
 from .layout import SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, SessionFiles, classify, key_of_stem
-from .messages import delete
 from .metadata import Look, look, looks
+from .session import Session
 from .txn import Root, Tx, mutate
 
 
@@ -87,7 +87,7 @@ def cleanup_stale(root: Root, ttl_hours: float) -> CleanupReport:
             continue
         try:
             with mutate(root, files, timeout=0):
-                if stale(look(files)) and delete(root, files):
+                if stale(look(files)) and Session(root, files).delete():
                     deleted.append(files.key)
         except (LockTimeoutError, UnsafePathError):  # busy, or its lock file is not a regular file
             continue

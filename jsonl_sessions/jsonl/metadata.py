@@ -5,7 +5,7 @@ names. Rules shared by everything here:
 
 - **Setters** never create a session (:class:`SessionNotFoundError` on a missing one);
   each takes the session's guard, reads the sidecar, changes it and replaces it
-  atomically (:func:`jsonl_sessions.jsonl.messages.update_sidecar`). An unreadable sidecar
+  atomically (:meth:`jsonl_sessions.jsonl.session.Session.update_sidecar`). An unreadable sidecar
   (:class:`CorruptMetadataError`) is never overwritten.
 - **Getters** take no lock. The sidecar is always read whole (it is replaced by rename),
   but it and the transcript's stats are two reads, not one snapshot.
@@ -24,11 +24,12 @@ from .. import _platform
 from ..arguments import check_number, check_state, check_text
 from ..errors import CorruptMetadataError, SessionStoreError
 from ..types import SessionMetadata, SessionState
-from . import reads as snapshot
+from . import control as snapshot
 from . import sidecar
 from .control import peek_head, read_head
 from .layout import SessionFiles, read_sidecar, scan
-from .messages import delete, log, update_sidecar
+from .messages import log
+from .session import Session
 from .txn import Root, mutate
 
 
@@ -172,7 +173,7 @@ def where(root: Root, keep: Callable[[Look], bool]) -> list[SessionMetadata]:
 
 def set_field(root: Root, files: SessionFiles, name: str, value: object) -> None:
     """Set one sidecar field of an existing session (atomic, under the guard)."""
-    update_sidecar(root, files, lambda meta: meta.__setitem__(name, value))
+    Session(root, files).update_sidecar(lambda meta: meta.__setitem__(name, value))
 
 
 def delete_session_owned(root: Root, files: SessionFiles, owner_principal_id: str) -> bool:
@@ -182,13 +183,13 @@ def delete_session_owned(root: Root, files: SessionFiles, owner_principal_id: st
             return False
         if sidecar.text(files.read_sidecar(), "principal_id") != owner:
             return False
-        return delete(root, files)
+        return Session(root, files).delete()
 
 
 # -- run state ------------------------------------------------------------------------------
 def set_session_state(root: Root, files: SessionFiles, state: str, turn_id: str | None) -> None:
     new_state, turn = check_state(state, turn_id)
-    update_sidecar(root, files, lambda meta: sidecar.set_state(meta, new_state, turn, root.clock()))
+    Session(root, files).update_sidecar(lambda meta: sidecar.set_state(meta, new_state, turn, root.clock()))
 
 
 def get_session_state(files: SessionFiles) -> SessionState | None:

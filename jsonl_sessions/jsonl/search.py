@@ -14,7 +14,7 @@ from .. import records
 from ..arguments import check_query
 from ..errors import SessionStoreError
 from ..types import SessionMetadata, SessionQuery
-from . import reads as snapshot
+from . import control as snapshot
 from . import sidecar
 from .layout import SessionFiles
 from .lines import BOM, iter_blocks

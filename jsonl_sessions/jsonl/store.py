@@ -1,12 +1,13 @@
 """SessionStore: the crash-safe JSONL session store (the public facade).
 
-Each method checks its arguments and hands the work to the module that owns it:
-:mod:`~jsonl_sessions.jsonl.messages` (load, append, change the end, replace, delete),
-:mod:`~jsonl_sessions.jsonl.history` and :mod:`~jsonl_sessions.jsonl.paging` (ids, windows, pages,
-fork, revert), :mod:`~jsonl_sessions.jsonl.metadata` and :mod:`~jsonl_sessions.jsonl.search`,
-:mod:`~jsonl_sessions.jsonl.maintenance` (compact, cleanup). Mutations run inside
-:func:`jsonl_sessions.jsonl.txn.mutate`, lock-free reads inside :mod:`jsonl_sessions.jsonl.reads`;
-docs/format.md has the bytes.
+Each method checks its arguments and hands the work to the object that owns it: a
+:class:`~jsonl_sessions.jsonl.session.Session` for everything done to one session's
+messages (load, append, change the end, replace, clear, delete, windows, pages, fork,
+revert), :mod:`~jsonl_sessions.jsonl.metadata` and :mod:`~jsonl_sessions.jsonl.search` across
+sessions, :mod:`~jsonl_sessions.jsonl.maintenance` (compact, cleanup). Mutations run inside
+:func:`jsonl_sessions.jsonl.txn.mutate`, lock-free reads inside
+:func:`jsonl_sessions.jsonl.control.consistent`, whose module describes the whole
+concurrency protocol; docs/format.md has the bytes.
 
 Guarantees:
 
@@ -49,12 +50,10 @@ from ..types import (
     datetime_of_ms,
 )
 from ..verification import VerifyReport
-from . import append as warm
-from . import group_commit as group
-from . import history, maintenance, metadata, paging, prune, search, sidecar
-from . import messages as ops
+from . import maintenance, metadata, prune, search, sidecar
 from .guard import REGISTRY, SessionGuard
 from .layout import SessionFiles, list_keys
+from .session import Session
 from .txn import Root, acquire
 from .verify import verify_directory
 
@@ -143,6 +142,10 @@ class SessionStore:
     def _files(self, key: str) -> SessionFiles:
         return self._root.files(key)
 
+    def _session(self, key: str) -> Session:
+        """The session ``key`` (raises :class:`InvalidSessionKeyError`); cheap: make one per call."""
+        return Session(self._root, self._root.files(key))
+
     def lock(self, key: str) -> contextlib.AbstractContextManager[SessionGuard]:
         """Hold ``key``'s mutation guard for a block, to make several calls one unit for
         other writers (reentrant: the store's own methods work inside it)."""
@@ -153,14 +156,14 @@ class SessionStore:
         """Every message, oldest first; ``[]`` for a missing session. Lenient: corrupt
         lines (and an unreadable symlink) are skipped with a logged warning, never raised;
         use :meth:`try_load` before writing a history back. Cost: O(transcript)."""
-        return ops.load(self._root, self._files(key))
+        return self._session(key).load()
 
     def try_load(self, key: str) -> list[ChatMessage]:
         """Every message, oldest first; ``[]`` only for a missing or empty session.
         Raises :class:`CorruptTranscriptError` (with line and byte offset) for a complete
         line that does not parse, :class:`UnsafePathError` for a symlinked transcript.
         A torn tail is ignored. Takes no lock. Cost: O(transcript)."""
-        return ops.try_load(self._root, self._files(key))
+        return self._session(key).try_load()
 
     def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
         """Like :meth:`load`, each message with its ``created_at`` as an aware UTC datetime."""
@@ -168,7 +171,7 @@ class SessionStore:
 
     def session_exists(self, key: str) -> bool:
         """Whether the session's transcript exists (a regular file). Takes no lock."""
-        return self._files(key).transcript_exists()
+        return self._session(key).exists()
 
     def list_sessions(self) -> list[str]:
         """Every session's original key, sorted. Never parses a transcript; skips files the
@@ -179,8 +182,8 @@ class SessionStore:
         """The recorded breadcrumb flag; None when the session is missing or never set it.
         Takes no lock, yet never pairs a new transcript with an old flag: the renames of
         a replace happen with the control file's counter odd, and a committed but
-        unfinished replace is completed first (see :mod:`jsonl_sessions.jsonl.reads`)."""
-        return ops.get_trim_breadcrumb(self._root, self._files(key))
+        unfinished replace is completed first (see :mod:`jsonl_sessions.jsonl.control`)."""
+        return self._session(key).breadcrumb()
 
     # -- appending ---------------------------------------------------------------------------
     def append(self, key: str, message: MessageLike) -> str:
@@ -195,19 +198,15 @@ class SessionStore:
         share one write and one fsync (group commit): each returns only once its line
         is fsynced, and a failed write or fsync fails every append it covered, none of
         which appears later."""
-        if self._root.durable:
+        if self._root.durable:  # through append_many, which a subclass may extend
             return self.append_many(key, (message,))[0]
-        return warm.append(self._root, self._files(key), as_message(message))
+        return self._session(key).append(as_message(message))
 
     append_message = append
 
     def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
         """Append several messages as one locked, single write (all or none); their ids."""
-        files = self._files(key)
-        msgs = [as_message(m) for m in messages]
-        if len(msgs) == 1 and self._root.durable:  # threads appending to one session share the fsync
-            return [group.append(self._root, files, msgs[0])]
-        return ops.append_many(self._root, files, msgs)
+        return self._session(key).append_many([as_message(m) for m in messages])
 
     # -- changing the end --------------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
@@ -215,7 +214,7 @@ class SessionStore:
         only when the newest message has that id (compare-and-remove). Truncates at the
         line boundary: O(1) in the transcript size. A corrupt last line raises
         :class:`CorruptTranscriptError` and leaves the file byte-for-byte unchanged."""
-        return ops.remove_last(self._root, self._files(key), expected_id)
+        return self._session(key).remove_last(expected_id)
 
     def update_last(self, key: str, message: MessageLike, *, expected_id: str | None = None) -> bool:
         """Replace the newest message; True when one was replaced (with ``expected_id``:
@@ -223,8 +222,7 @@ class SessionStore:
         created_at unless it carries its own. Crash-atomic through a roll-forward record
         (the next guard holder completes an interrupted update); O(1) in the transcript
         size. A corrupt last line raises :class:`CorruptTranscriptError`, file unchanged."""
-        files = self._files(key)
-        return ops.update_last(self._root, files, as_message(message), expected_id)
+        return self._session(key).update_last(as_message(message), expected_id)
 
     # -- replacing everything ----------------------------------------------------------------
     def rewrite_messages(self, key: str, messages: Iterable[MessageLike]) -> None:
@@ -232,15 +230,13 @@ class SessionStore:
         file, streamed writes, fsync, rename, directory fsync. Messages without ids get
         ids that keep the order increasing. Refuses (:class:`CorruptTranscriptError`,
         nothing changed) when the current transcript holds corrupt lines. Cost: O(old + new)."""
-        files = self._files(key)
-        ops.rewrite(self._root, files, [as_message(m) for m in messages])
+        self._session(key).rewrite([as_message(m) for m in messages])
 
     def replace_conversation_state(self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool) -> None:
         """Replace the transcript and the trim-breadcrumb flag as one crash-atomic unit
         (both temp files written and fsynced, then a roll-forward record committed, then
         both renamed). Creates the session if needed."""
-        files = self._files(key)
-        ops.replace_state(self._root, files, [as_message(m) for m in messages], breadcrumb_present, if_exists=False)
+        self._session(key).replace_state([as_message(m) for m in messages], breadcrumb_present, if_exists=False)
 
     def replace_conversation_state_if_exists(
         self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool
@@ -249,26 +245,25 @@ class SessionStore:
         False, and nothing written, when it was deleted. The existence check and both
         writes happen under the guard that delete takes, so a deleted session is never
         recreated."""
-        files = self._files(key)
-        return ops.replace_state(self._root, files, [as_message(m) for m in messages], breadcrumb_present,
-                                      if_exists=True)
+        return self._session(key).replace_state([as_message(m) for m in messages], breadcrumb_present,
+                                                if_exists=True)
 
     def set_session_trim_breadcrumb(self, key: str, present: bool) -> None:
         """Record whether the transcript starts with a synthetic trim breadcrumb (sidecar,
         atomic). Raises :class:`SessionNotFoundError` for a missing session."""
-        ops.set_trim_breadcrumb(self._root, self._files(key), present)
+        self._session(key).set_breadcrumb(present)
 
     # -- clearing and deleting ---------------------------------------------------------------
     def clear_messages(self, key: str) -> int:
         """Remove every message, keeping the session (and its metadata); the number
         removed. Refuses a transcript with corrupt lines (:class:`CorruptTranscriptError`)."""
-        return ops.clear(self._root, self._files(key))
+        return self._session(key).clear()
 
     def delete_session(self, key: str) -> bool:
         """Delete the session's transcript, sidecar and temp files; True if it existed.
         The transcript goes first, so a crash half-way leaves no session (an orphan
         sidecar is not one, and is removed by the next create or delete)."""
-        return ops.delete(self._root, self._files(key))
+        return self._session(key).delete()
 
     # -- message history ---------------------------------------------------------------------
     def get_message_count(self, key: str) -> int:
@@ -276,13 +271,13 @@ class SessionStore:
         torn tail does not). Raises :class:`SessionNotFoundError` for a missing session.
         Takes no lock; never counts a state being rewritten. Cost: that of the store's
         line count (O(1) in the transcript size with its count cache)."""
-        return history.get_message_count(self._root, self._files(key))
+        return self._session(key).count()
 
     def get_message(self, key: str, message_id: str) -> ChatMessage | None:
         """The message with id ``message_id``; None when the session has none (or does not
         exist, or that line is corrupt: logged). Binary search over byte offsets (ids
         increase down the file): O(log n) block reads, one line parsed. Takes no lock."""
-        return history.get_message(self._root, self._files(key), message_id)
+        return self._session(key).get_message(message_id)
 
     def get_messages(self, key: str, *, limit: int | None = None, offset: int = 0) -> list[ChatMessage]:
         """The messages at positions ``[offset, offset + limit)`` (all from ``offset`` when
@@ -295,7 +290,7 @@ class SessionStore:
         from the end, one in the older half forwards from the start: only the window's
         lines are parsed, and the bytes read are O(window + the smaller of offset and
         count - offset) (newline counting, no parsing). Takes no lock."""
-        return history.get_messages(self._root, self._files(key), limit, offset)
+        return self._session(key).window(limit, offset)
 
     def page(
         self,
@@ -318,8 +313,8 @@ class SessionStore:
         lock; the page is one consistent state. Cost: O(page) reads and parses from the
         end, plus O(log n) block reads to find a cursor; never the whole transcript
         (``ts_before`` and a missing tool call aside)."""
-        return paging.page(self._root, self._files(key), limit=limit, before=before, after=after, ts_before=ts_before,
-                           breakpoint=breakpoint, whole_turns=whole_turns)
+        return self._session(key).page(limit=limit, before=before, after=after, ts_before=ts_before,
+                                       breakpoint=breakpoint, whole_turns=whole_turns)
 
     def copy_messages(self, source: str, target: str, *, up_to_message_id: str | None = None) -> str | None:
         """Fork / share: create session ``target`` holding ``source``'s messages up to and
@@ -341,7 +336,7 @@ class SessionStore:
         (a sidecar alone is not a session), then the transcript via temp file, fsync,
         rename and directory fsync: the target appears whole or not at all.
         Cost: O(log n) to find the id, plus the copy."""
-        return history.copy_messages(self._root, self._files(source), self._files(target), up_to_message_id)
+        return self._session(source).fork(self._session(target), up_to_message_id)
 
     def truncate_messages(self, key: str, up_to_message_id: str) -> int:
         """Revert: keep the messages up to and including ``up_to_message_id``, remove the
@@ -354,7 +349,7 @@ class SessionStore:
         ``ftruncate`` at the line boundary (fsynced in fsync mode), marked in the control
         file so lock-free readers retry around it. Crash-atomic (a truncate is all or
         nothing). A torn tail goes too. Cost: O(log n + removed part)."""
-        return history.truncate_messages(self._root, self._files(key), up_to_message_id)
+        return self._session(key).truncate(up_to_message_id)
 
     # -- metadata ----------------------------------------------------------------------------
     def get_session_metadata(self, key: str) -> SessionMetadata | None:

@@ -31,11 +31,30 @@ log = logging.getLogger("jsonl_sessions")
 
 
 
+#: Why a line that starts with a byte-order mark anywhere but at offset 0 is corrupt.
+BOM_INSIDE = "a byte-order mark inside the file"
+
+
 @dataclass(frozen=True, slots=True)
 class BadLine:
+    """A corrupt line: a complete line (it ends with a newline) that does not decode to a
+    message record. Its 1-based ``line`` number and byte ``offset`` in the transcript, and
+    why (``reason``). The one description of corruption in the JSONL backend: lenient
+    reads list these (logged by :func:`warn_bad`), strict ones raise :meth:`error`, and
+    compaction drops them (:func:`jsonl_sessions.compaction.plan_lines`)."""
+
     line: int
     offset: int
     reason: str
+
+    @classmethod
+    def of(cls, line: int, offset: int, exc: BaseException) -> BadLine:
+        """The corrupt line at ``line`` / ``offset`` whose decoding raised ``exc``."""
+        return cls(line, offset, str(exc) or type(exc).__name__)
+
+    def error(self, key: str | None, path: str | None) -> CorruptTranscriptError:
+        """The error a strict read raises for this line of session ``key``'s transcript ``path``."""
+        return CorruptTranscriptError(key=key, path=path, line=self.line, offset=self.offset, reason=self.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +121,10 @@ def _parse_block(block: bytes, base: int, number: int, messages: list[ChatMessag
         try:
             messages.append(from_record(decode_record(line)))
         except (JSONDecodeError, ValueError) as exc:
-            reason = str(exc) or type(exc).__name__
+            corrupt = BadLine.of(number, offset, exc)
             if strict:
-                raise CorruptTranscriptError(key=key, path=path, line=number, offset=offset, reason=reason) from None
-            bad.append(BadLine(number, offset, reason))
+                raise corrupt.error(key, path) from None
+            bad.append(corrupt)
         offset += len(line) + 1
         number += 1
     return number
@@ -123,10 +142,10 @@ def _parse_slowly(data: bytes, committed: int, torn: int, *, strict: bool, key: 
         try:
             messages.append(from_record(decode_record(line)))
         except (JSONDecodeError, ValueError) as exc:
-            reason = str(exc) or type(exc).__name__
+            corrupt = BadLine.of(number, offset, exc)
             if strict:
-                raise CorruptTranscriptError(key=key, path=path, line=number, offset=offset, reason=reason) from None
-            bad.append(BadLine(number, offset, reason))
+                raise corrupt.error(key, path) from None
+            bad.append(corrupt)
         offset += len(line) + 1
     return Parsed(messages, bad, committed, torn)
 

@@ -1,8 +1,8 @@
 """Mutations of one session: ``with mutate(root, files) as tx:`` and a few primitives.
 
-:func:`mutate` takes the session's guard (waiting up to the store's ``lock_timeout``),
-completes whatever a dead writer left (a committed roll-forward record, an odd counter),
-and hands out a :class:`Tx`. Every primitive of the :class:`Tx` is all-or-nothing on disk,
+:func:`mutate` takes the session's guard (waiting up to the store's ``lock_timeout``;
+:func:`~jsonl_sessions.jsonl.control.acquire`, which completes whatever a dead writer left:
+:func:`~jsonl_sessions.jsonl.control.recover`) and hands out a :class:`Tx`. Every primitive of the :class:`Tx` is all-or-nothing on disk,
 also after SIGKILL or an I/O error at any point, keeps lock-free readers safe (the
 sequence counter is odd around anything that rewrites bytes in place) and keeps the
 count cache current:
@@ -42,18 +42,27 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .. import _platform
-from ..errors import SessionStoreError
 from ..types import Durability
 from . import quarantine, sidecar
 from ._atomic import atomic_write, unlink_quietly, write_temp
-from .control import AppendBatch, Moves, Record, TailRewrite, cut, parse_record, rename_over
-from .guard import REGISTRY, GuardClosed, SessionGuard, TranscriptView
-from .layout import SessionFiles
+from .control import (
+    DEFAULT,
+    AppendBatch,
+    Moves,
+    Record,
+    TailRewrite,
+    acquire,
+    cut,
+    enter,
+    recover,
+    rename_over,
+    try_recover,
+)
+from .guard import REGISTRY, SessionGuard, TranscriptView
+from .layout import FileState, SessionFiles
 from .lines import BOM, Tail, read_tail
 
 log = logging.getLogger("jsonl_sessions")
-#: ``timeout`` meaning "the store's lock_timeout".
-DEFAULT: Literal[False] = False
 _MAX_CACHED_FILES = 4096
 
 
@@ -91,70 +100,6 @@ class Root:
         """Close every descriptor kept for the sessions of this directory (lock files and
         transcripts) that no thread holds."""
         REGISTRY.close_idle(self.path)
-
-
-def acquire(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> SessionGuard:
-    """Take the session's guard (reentrant in a thread) and, when this took it first,
-    complete what a dead writer left. Raises :class:`LockTimeoutError`."""
-    while True:
-        try:
-            return enter(root, files, REGISTRY.get(files.lock), timeout)
-        except GuardClosed:
-            continue
-
-
-def enter(root: Root, files: SessionFiles, guard: SessionGuard, timeout: float | None | Literal[False] = DEFAULT,
-          first: list[bool] | None = None) -> SessionGuard:
-    """:func:`acquire` of one given guard (:class:`GuardClosed` if it was evicted: look
-    it up again). ``first``: gets whether this call took the guard first (not reentrant)."""
-    took = guard.acquire(root.lock_timeout if timeout is False else timeout, files.key)
-    if first is not None:
-        first.append(took)
-    if took and (guard.record is not None or guard.seq & 1 or guard.hidden is not None):
-        try:
-            guard.drop_view()
-            recover(guard, files)
-        except BaseException:
-            guard.release()
-            raise
-    return guard
-
-
-def recover(guard: SessionGuard, files: SessionFiles) -> None:
-    """Complete (roll forward) a committed record, or drop a torn one with its temp files;
-    make an odd counter even. Always durable: it runs after a crash. Raises
-    :class:`CorruptControlError` for a committed record this version does not know."""
-    raw = guard.record
-    if raw is not None:
-        record = parse_record(raw, path=files.lock, key=files.key)
-        if record is None:
-            log.warning("dropping an uncommitted roll-forward record of session %r", files.key)
-            for temp in files.temps:
-                unlink_quietly(temp)
-        else:
-            log.info("completing an interrupted %s of session %r", record.op, files.key)
-            record.apply(guard, files, durable=True)
-        guard.clear_record(durable=True)
-    if guard.seq & 1:
-        guard.end_in_place()
-    if guard.hidden is not None:
-        # Its writer died between write and acknowledgement (a crash may keep such a whole
-        # line), or a power loss kept the mark but not its clearing: the bytes stand.
-        guard.show_all()
-
-
-def try_recover(root: Root, files: SessionFiles, *, strict: bool = False) -> None:
-    """Take the guard for a moment if it is free (which runs recovery); never waits.
-    Raises nothing, except with ``strict`` an ``OSError`` from the attempt (recovery
-    could not run or failed part-way: the files may hold neither the state before an
-    interrupted mutation nor the one after, so a reader must not use them)."""
-    try:
-        acquire(root, files, timeout=0).release()
-    except SessionStoreError:
-        pass  # busy (its holder is alive and finishes it), or a bad control file the next writer reports
-    except OSError:
-        if strict:
-            raise
 
 
 def mutate(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> Mutation:
@@ -243,7 +188,7 @@ class Tx:
         self.fd, self.st = opened
         st = self.st
         self._tail, self._seen, self._counted = None, self.guard.changes, False
-        self.clean = self.guard.clean_mark == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, self.guard.seq)
+        self.clean = self.guard.clean_mark == (FileState.of(st), self.guard.seq)
         return True
 
     def close(self) -> None:
@@ -259,7 +204,7 @@ class Tx:
         try:
             if not self._fresh or st is None:
                 now = _platform.fstat(fd)
-                if st is None or (now.st_size, now.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+                if st is None or not FileState.of(st).unchanged(now):
                     tail, clean = None, False
                 st = now
         except OSError:  # the mutation is done; only the view is lost
@@ -267,8 +212,7 @@ class Tx:
             return
         if tail is not None and tail.size != st.st_size:
             tail = None
-        self.guard.keep_view(TranscriptView(fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, self.guard.seq, tail,
-                                            clean), counted=self._counted)
+        self.guard.keep_view(TranscriptView.of(fd, st, self.guard.seq, tail, clean), counted=self._counted)
 
     def changed(self, st: os.stat_result | None = None, tail: Tail | None = None) -> None:
         """Note a change this Tx made to the transcript: ``st`` (fstat'ed after it) and
@@ -498,7 +442,7 @@ class Tx:
         not check it again while it is unchanged). One ``lstat``; never raises."""
         with contextlib.suppress(OSError):
             st = _platform.lstat(self.files.transcript)
-            self.guard.clean_mark = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, self.guard.seq)
+            self.guard.clean_mark = (FileState.of(st), self.guard.seq)
 
     def create(self, chunks: Iterable[bytes], meta: dict[str, Any]) -> None:
         """Create the session: sidecar ``meta`` first (so its key is on disk before the
