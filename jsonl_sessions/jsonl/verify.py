@@ -43,8 +43,9 @@ from ..keys import is_hashed, key_to_stem, stem_to_key
 from ..verification import Finding, VerifyReport, wanted_keys
 from . import sidecar
 from .control import RECORD_OFFSET, parse_record, read_head
-from .layout import LOCK_SUFFIX, SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, classify, key_of_stem, read_sidecar
+from .layout import LOCK_SUFFIX, SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, FileState, classify, key_of_stem, read_sidecar
 from .lines import BOM, iter_lines_forward
+from .transcript import BadLine
 
 if TYPE_CHECKING:
     from .store import SessionStore
@@ -328,8 +329,7 @@ def _check_lock(report: VerifyReport, root: str, stem: str, lock: _Entry, key: s
 # -- transcripts --------------------------------------------------------------------------
 @dataclass
 class _Scan:
-    size: int
-    ino: int
+    file: FileState  # the transcript as it was when the scan began
     messages: int = 0
     committed: int = 0
     bom: bool = False
@@ -348,7 +348,7 @@ def _scan(path: str, name: str, key: str | None) -> _Scan:
     fd = _platform.open_file(path, os.O_RDONLY)
     try:
         st = _platform.fstat(fd)
-        scan = _Scan(st.st_size, st.st_ino)
+        scan = _Scan(FileState.of(st))
         bad = disorder = 0
         prev_id: str | None = None
         for number, (offset, line) in enumerate(_lines(fd, st.st_size, scan), 1):
@@ -357,8 +357,9 @@ def _scan(path: str, name: str, key: str | None) -> _Scan:
             except ValueError as exc:
                 bad += 1
                 if bad <= MAX_PER_FILE:
-                    scan.findings.append(_f("corrupt-line", name, f"byte offset {offset}: "
-                                            f"{str(exc) or type(exc).__name__}", key, number, offset))
+                    corrupt = BadLine.of(number, offset, exc)
+                    scan.findings.append(_f("corrupt-line", name, f"byte offset {offset}: {corrupt.reason}",
+                                            key, number, offset))
                 continue
             scan.messages += 1
             mid = record.get("id") or ""
@@ -375,8 +376,8 @@ def _scan(path: str, name: str, key: str | None) -> _Scan:
         if disorder > MAX_PER_FILE:
             scan.findings.append(_f("id-order", name, f"and {disorder - MAX_PER_FILE} more ids out of order",
                                     key))
-        torn = scan.size - scan.committed
-        if torn and not (scan.bom and scan.size == len(BOM)):
+        torn = scan.file.size - scan.committed
+        if torn and not (scan.bom and scan.file.size == len(BOM)):
             tail = _platform.pread(fd, min(torn, 4096), scan.committed)
             what = "NUL bytes (as a power loss leaves)" if not tail.strip(b"\0") else "bytes"
             scan.findings.append(_f("torn-tail", name, f"{torn} {what} after byte offset {scan.committed} "
@@ -404,13 +405,13 @@ def _check_transcript(report: VerifyReport, root: str, stem: str, entry: _Entry,
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             report.findings.append(_f("unreadable", entry.name, reason, key=key))
             return
-        settled = before == after and not before & 1 and (now.st_size, now.st_ino) == (scan.size, scan.ino)
-        torn = scan.committed != scan.size
+        settled = before == after and not before & 1 and scan.file.unchanged(now)
+        torn = scan.committed != scan.file.size
         if (settled and not torn) or time.monotonic() >= deadline:
             break
         time.sleep(0.02)
     report.messages += scan.messages
-    report.bytes += scan.size
+    report.bytes += scan.file.size
     report.findings.extend(scan.findings)
     if scan.bom:
         report.findings.append(_f("bom", entry.name, "starts with a UTF-8 byte-order mark (tolerated)", key=key,
