@@ -36,7 +36,7 @@ from ..errors import (
 from ..foreign.files import write_jsonl
 from ..foreign.transfer import Imported, export_claude_code, import_claude_code, import_codex, iter_codex_rollouts
 from ..jsonl.control import read_head
-from ..jsonl.layout import TMP_SUFFIX, SessionFiles, classify
+from ..jsonl.layout import TMP_SUFFIX, FileState, SessionFiles, classify
 from ..jsonl.lines import BOM
 from ..jsonl.store import SessionStore, compaction_report, prune_report
 from ..keys import key_to_stem
@@ -498,12 +498,13 @@ def _probe(store: SessionBackend, key: str) -> Callable[[], Signature]:
     return row
 
 
-Signature = tuple[int, int, int, int] | None
+Signature = tuple[FileState, int] | None
 
 
 def _signature(transcript: str, lock: str) -> Signature:
-    """What changes when the session does: the transcript's inode, size and mtime, and the
-    control file's sequence counter (bumped by in-place rewrites). None: no transcript."""
+    """What changes when the session does: the transcript's file state (which file, its size
+    and mtime), and the control file's sequence counter (bumped by in-place rewrites). None:
+    no transcript."""
     try:
         st = os.lstat(transcript)
     except FileNotFoundError:
@@ -512,7 +513,7 @@ def _signature(transcript: str, lock: str) -> Signature:
         seq = read_head(lock).seq
     except (OSError, SessionStoreError):
         seq = -1
-    return st.st_ino, st.st_size, st.st_mtime_ns, seq
+    return FileState.of(st), seq
 
 
 def _follow(store: SessionBackend, key: str, last: str | None, seen: Signature, probe: Callable[[], Signature],
