@@ -498,7 +498,7 @@ def _probe(store: SessionBackend, key: str) -> Callable[[], Signature]:
     return row
 
 
-Signature = tuple[FileState, int] | None
+Signature = tuple[object, ...] | None  # compared for equality only
 
 
 def _signature(transcript: str, lock: str) -> Signature:
