@@ -20,9 +20,9 @@ from ..errors import CorruptTranscriptError, MessageNotFoundError, SessionExists
 from ..types import ChatMessage
 from . import reads as snapshot
 from . import sidecar
+from .append import last_id
 from .layout import SessionFiles
 from .lines import BOM, copy_chunks, find_line, line_number_of, read_tail, skip_backward, skip_forward
-from .messages import last_id
 from .transcript import BadLine, parse, warn_bad
 from .txn import Root, Tx, mutate
 

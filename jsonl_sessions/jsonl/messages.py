@@ -1,4 +1,5 @@
-"""The transcript operations of a store: load, append, change the end, replace, clear, delete.
+"""The transcript operations of a store: load, change the end, replace, clear, delete
+(appending is :mod:`jsonl_sessions.jsonl.append`).
 
 Each function takes the store's :class:`~jsonl_sessions.jsonl.txn.Root` and the session's
 :class:`~jsonl_sessions.jsonl.layout.SessionFiles`; the contracts (errors, atomicity, cost)
@@ -10,7 +11,7 @@ through :mod:`jsonl_sessions.jsonl.reads` and take no lock.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import codec
@@ -18,9 +19,9 @@ from ..errors import CorruptTranscriptError, SessionNotFoundError, UnsafePathErr
 from ..ids import assign_ids, replacement_record
 from ..types import ChatMessage
 from . import reads as snapshot
-from . import sidecar
+from .append import encode_lines, has_id, new_meta, previous_id
 from .layout import SessionFiles
-from .lines import Tail, iter_lines_backward, line_number_of
+from .lines import line_number_of
 from .transcript import parse, parse_file, warn_bad
 from .txn import Root, Tx, mutate
 
@@ -60,44 +61,6 @@ def get_trim_breadcrumb(root: Root, files: SessionFiles) -> bool | None:
 
 
 # -- helpers on an open transcript ------------------------------------------------------
-def _ids_backward(fd: int, size: int, skip: int = 0) -> Iterator[str]:
-    """The readable ids of the lines before ``size``, newest first (corrupt lines stepped over)."""
-    lines = iter_lines_backward(fd, size)
-    for _ in range(skip):
-        next(lines, None)
-    for _start, line, _committed in lines:
-        try:
-            yield codec.id_of_line(line)
-        except ValueError:
-            continue
-
-
-def last_id(fd: int, tail: Tail) -> str | None:
-    """The id of the newest parseable line (normally the last one, already read: O(1))."""
-    if tail.last_line is not None:
-        try:
-            return codec.id_of_line(tail.last_line) or None
-        except ValueError:
-            pass
-    return next(_ids_backward(fd, tail.size), "") or None
-
-
-def previous_id(fd: int, tail: Tail) -> str | None:
-    """The id of the newest parseable line before the last one."""
-    return next(_ids_backward(fd, tail.size, skip=1), "") or None
-
-
-def has_id(fd: int, size: int, message_id: str) -> bool:
-    """Whether ``message_id`` is in the first ``size`` bytes (the backward scan stops at the
-    first smaller id: ids increase)."""
-    for found in _ids_backward(fd, size):
-        if found == message_id:
-            return True
-        if found < message_id:
-            return False
-    return False
-
-
 def newest(tx: Tx) -> dict[str, Any] | None:
     """The newest message's record of the open transcript; None when it has no complete
     line. A corrupt newest line raises :class:`CorruptTranscriptError` (its line number
@@ -121,35 +84,6 @@ def _check_clean(tx: Tx) -> None:
         if data:
             parse(data, strict=True, key=tx.files.key, path=tx.files.transcript)
         tx.clean = True
-
-
-def _encode(root: Root, key: str, records: list[dict[str, Any]]) -> list[bytes]:
-    return codec.encode_records(records, key, root.max_message_bytes)
-
-
-# -- appending ------------------------------------------------------------------------
-def append_many(root: Root, files: SessionFiles, msgs: Sequence[ChatMessage]) -> list[str]:
-    """Append ``msgs`` as one locked write (all or none); their ids."""
-    if not msgs:
-        return []
-    with mutate(root, files) as tx:
-        if not tx.open():
-            records = assign_ids(files.key, msgs, None, root.clock())
-            tx.create(_encode(root, files.key, records), _new_meta(root, files.key, None))
-            return [r["id"] for r in records]
-        tail = tx.tail()
-        fd = tx.fd
-        records = assign_ids(files.key, msgs, last_id(fd, tail), root.clock(),
-                             lambda mid: has_id(fd, tail.size, mid))
-        lines = _encode(root, files.key, records)
-        tx.append(lines[0] if len(lines) == 1 else b"".join(lines), len(lines))
-        return [r["id"] for r in records]
-
-
-def _new_meta(root: Root, key: str, breadcrumb: bool | None) -> dict[str, Any]:
-    meta = sidecar.new_sidecar(key, root.clock())
-    meta["trim_breadcrumb"] = breadcrumb
-    return meta
 
 
 # -- changing the end -------------------------------------------------------------------
@@ -179,7 +113,7 @@ def update_last(root: Root, files: SessionFiles, m: ChatMessage, expected_id: st
         fd = tx.fd
         record = replacement_record(files.key, m, old, root.clock, lambda: previous_id(fd, tail),
                                     lambda mid: has_id(fd, tail.last_start, mid))
-        tx.rewrite_tail(tail.last_start, _encode(root, files.key, [record])[0])
+        tx.rewrite_tail(tail.last_start, encode_lines(root, files.key, [record])[0])
         return True
 
 
@@ -187,9 +121,9 @@ def update_last(root: Root, files: SessionFiles, m: ChatMessage, expected_id: st
 def rewrite(root: Root, files: SessionFiles, msgs: Sequence[ChatMessage]) -> None:
     """Replace the whole transcript (temp + rename), creating the session if needed."""
     with mutate(root, files) as tx:
-        lines = _encode(root, files.key, assign_ids(files.key, msgs, None, root.clock()))
+        lines = encode_lines(root, files.key, assign_ids(files.key, msgs, None, root.clock()))
         if not files.transcript_exists():
-            tx.create(lines, _new_meta(root, files.key, None))
+            tx.create(lines, new_meta(root, files.key, None))
             return
         _check_clean(tx)
         tx.install(lines)
@@ -204,9 +138,9 @@ def replace_state(root: Root, files: SessionFiles, msgs: Sequence[ChatMessage], 
         exists = files.transcript_exists()
         if if_exists and not exists:
             return False
-        lines = _encode(root, files.key, assign_ids(files.key, msgs, None, root.clock()))
+        lines = encode_lines(root, files.key, assign_ids(files.key, msgs, None, root.clock()))
         if not exists:
-            tx.create(lines, _new_meta(root, files.key, bool(breadcrumb)))
+            tx.create(lines, new_meta(root, files.key, bool(breadcrumb)))
             return True
         _check_clean(tx)
         meta = tx.read_sidecar()

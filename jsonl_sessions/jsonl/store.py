@@ -1,7 +1,8 @@
 """SessionStore: the crash-safe JSONL session store (the public facade).
 
 Each method checks its arguments and hands the work to the module that owns it:
-:mod:`~jsonl_sessions.jsonl.messages` (load, append, change the end, replace, delete),
+:mod:`~jsonl_sessions.jsonl.append`, :mod:`~jsonl_sessions.jsonl.messages` (load, change the end,
+replace, delete),
 :mod:`~jsonl_sessions.jsonl.history` and :mod:`~jsonl_sessions.jsonl.paging` (ids, windows, pages,
 fork, revert), :mod:`~jsonl_sessions.jsonl.metadata` and :mod:`~jsonl_sessions.jsonl.search`,
 :mod:`~jsonl_sessions.jsonl.maintenance` (compact, cleanup). Mutations run inside
@@ -48,8 +49,7 @@ from ..types import (
     as_message,
     datetime_of_ms,
 )
-from . import append as warm
-from . import group_commit as group
+from . import append as appending
 from . import history, maintenance, metadata, paging, prune, search, sidecar
 from . import messages as ops
 from .guard import REGISTRY, SessionGuard
@@ -193,19 +193,15 @@ class SessionStore:
         share one write and one fsync (group commit): each returns only once its line
         is fsynced, and a failed write or fsync fails every append it covered, none of
         which appears later."""
-        if self._root.durable:
-            return self.append_many(key, (message,))[0]
-        return warm.append(self._root, self._files(key), as_message(message))
+        return appending.append(self._root, self._files(key), as_message(message))
 
     append_message = append
 
     def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
-        """Append several messages as one locked, single write (all or none); their ids."""
+        """Append several messages as one locked, single write (all or none, also after a
+        crash: a batch commits a roll-forward record first); their ids."""
         files = self._files(key)
-        msgs = [as_message(m) for m in messages]
-        if len(msgs) == 1 and self._root.durable:  # threads appending to one session share the fsync
-            return [group.append(self._root, files, msgs[0])]
-        return ops.append_many(self._root, files, msgs)
+        return appending.append_many(self._root, files, [as_message(m) for m in messages])
 
     # -- changing the end --------------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
