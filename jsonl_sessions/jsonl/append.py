@@ -144,6 +144,10 @@ def _queued(root: Root, files: SessionFiles, guard: SessionGuard, message: ChatM
             with guard.pending_cond:
                 group, guard.pending = guard.pending, []
             _write(root, files, guard, [p.message for p in group], group)
+        except BaseException:
+            if not entry.done:
+                raise
+            # else this thread raises its own message's outcome, as every other member does
         finally:
             guard.release()
             _step_down(guard, entry)
@@ -370,12 +374,13 @@ def _drop(guard: SessionGuard, view: TranscriptView | None, fd: int) -> None:
 
 
 def _fail(group: list[Pending], exc: BaseException) -> None:
-    """Every member of ``group`` not done yet fails with ``exc`` (a copy each, so that no
-    two threads raise the same exception object)."""
-    for i, p in enumerate(group):
+    """Every member of ``group`` not done yet fails with ``exc`` (the first one) or a copy
+    of it (the others), so that no two threads raise the same exception object."""
+    first = True
+    for p in group:
         if not p.done:
-            p.error = exc if i == 0 else copy.copy(exc)
-            p.done = True
+            p.error = exc if first else copy.copy(exc)
+            p.done, first = True, False
 
 
 def _encode_group(root: Root, key: str, group: list[Pending], previous: str | None, now: int,

@@ -193,7 +193,8 @@ class SessionStore:
         share one write and one fsync (group commit): each returns only once its line
         is fsynced, and a failed write or fsync fails every append it covered, none of
         which appears later."""
-        return appending.append(self._root, self._files(key), as_message(message))
+        root = self._root
+        return appending.append(root, root.files(key), as_message(message))
 
     append_message = append
 
