@@ -283,9 +283,10 @@ def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: in
     """Write ``data`` (the lines of ``new_ids``) after the committed bytes of the transcript
     open as ``fd`` (``st``, ``tail``: as found; ``view``: the kept view it came from, if
     any), in one write (and one fsync when durable); rolled back on error (and the
-    descriptor closed), so none of the lines appears later. A torn tail (saved already) is cut first. A batch (``lines > 1`` and
-    ``atomic``) commits an :class:`AppendBatch` record first; lines of separate appends
-    (not ``atomic``) do not: a crash may keep a prefix of them, none acknowledged yet.
+    descriptor closed), so none of the lines appears later. A torn tail (saved already) is
+    cut first. A batch (several lines and ``atomic``) commits an :class:`AppendBatch`
+    record first; lines of separate appends (not ``atomic``) do not: a crash may keep a
+    prefix of them, none acknowledged yet.
 
     Durable mode: the counter is odd throughout when the append rewrites in place anyway
     (a torn tail cut, a batch), else the visible end hides the new bytes from lock-free
