@@ -20,7 +20,8 @@ to complete the mutation at once, else the next guard holder does. In ``"fsync"`
 everything a primitive did is on stable storage when it returns (file fsync, directory
 fsync after create / rename / unlink); ``"flush"`` skips every fsync.
 
-The transcript is opened for writing in one place, :meth:`Tx.open`. The descriptor is
+The transcript is opened for writing by :meth:`Tx.open` (and by the append path, which
+checks the kept descriptor the same way). The descriptor is
 kept open on the guard after a successful mutation (a
 :class:`~jsonl_sessions.jsonl.guard.TranscriptView`) and reused by the next one when one
 ``lstat`` of the path shows the same inode: a warm append makes no ``open`` and, when
