@@ -321,6 +321,7 @@ def test_a_failed_fsync_or_write_fails_every_append_it_covered(store: SessionSto
                          lambda: FaultInjector(kind, 1, err=errno.EIO))
 
     assert all(isinstance(o, OSError) and o.errno == errno.EIO for o in outcomes), outcomes
+    assert len({id(o) for o in outcomes}) == THREADS  # no exception object raised in two threads
     assert contents(tmp_path) == ["first"]  # nothing unacknowledged on disk
     # ... nor later: the next append (and its recovery) brings none of them back
     store.append(KEY, user("after"))
