@@ -126,15 +126,22 @@ def pread(fd: int, size: int, offset: int) -> bytes:
 
 def write(fd: int, data: bytes) -> None:
     """Write all of ``data`` at the descriptor's position (one syscall unless it is short)."""
-    view = memoryview(data)
+    written = os.write(fd, data)
+    if written == len(data):
+        return
+    view = memoryview(data)[written:]
     while view:
         written = os.write(fd, view)
         view = view[written:]
 
 
 def pwrite(fd: int, data: bytes, offset: int) -> None:
-    """Write all of ``data`` at ``offset``."""
-    view = memoryview(data)
+    """Write all of ``data`` at ``offset`` (one syscall unless it is short)."""
+    written = os.pwrite(fd, data, offset)
+    if written == len(data):
+        return
+    view = memoryview(data)[written:]
+    offset += written
     while view:
         written = os.pwrite(fd, view, offset)
         view = view[written:]

@@ -18,6 +18,7 @@ must be caught (an uncaught one fails its own test).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pathlib
 import subprocess
@@ -34,10 +35,12 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from jsonl_sessions import SessionQuery, SessionStore, _platform, codec
+from jsonl_sessions.jsonl import append as appending
 from jsonl_sessions.jsonl._atomic import unlink_quietly, write_temp
 from jsonl_sessions.jsonl.control import rename_over
 from jsonl_sessions.jsonl.guard import SessionGuard
-from jsonl_sessions.jsonl.txn import Tx
+from jsonl_sessions.jsonl.lines import Tail
+from jsonl_sessions.jsonl.txn import Root, Tx
 from jsonl_sessions.testing import check_power_loss, fault_loop, make_state_machine
 from jsonl_sessions.testing.faults import no_temp_files, observer
 from jsonl_sessions.types import Page, SessionMetadata
@@ -158,21 +161,32 @@ class RewriteClearsFirst(SessionStore):
         super().rewrite_messages(key, msgs)
 
 
-def _append_without_rollback(tx: Tx, data: bytes, lines: int) -> None:
-    tail = tx.tail()
-    if tail.torn:
-        _platform.truncate(tx.fd, tail.committed)
-    _platform.write(tx.fd, data)
-    if tx.durable:
-        _platform.fsync(tx.fd)
+def _commit_without_rollback(root: Root, guard: SessionGuard, view: Any, fd: int, st: Any, tail: Tail, data: bytes,
+                             new_ids: list[str], clean: bool, *, atomic: bool) -> None:
+    """The append's write without its rollback (nor its bookkeeping: a kept view no longer
+    matches the file, so the next append reads the tail again)."""
+    guard.changes += 1
+    try:
+        if tail.torn:
+            _platform.truncate(fd, tail.committed)
+        _platform.write(fd, data)
+        if root.durable:
+            _platform.fsync(fd)
+    finally:
+        if view is None:  # a descriptor opened for this append: not kept
+            guard.close_taken(fd, counted=False)
 
 
 class AppendNotRolledBack(SessionStore):
     """A failed append is not rolled back: the line written before the failing fsync stays,
     so a retry duplicates it."""
 
+    def append(self, key: str, message: Any) -> str:
+        with _patched(appending, "_commit", _commit_without_rollback):
+            return super().append(key, message)
+
     def append_many(self, key: str, messages: Iterable[Any]) -> list[str]:
-        with _patched(Tx, "append", _append_without_rollback):
+        with _patched(appending, "_commit", _commit_without_rollback):
             return super().append_many(key, messages)
 
 
@@ -185,22 +199,22 @@ class UpdateLastWithoutRecord(SessionStore):
             return super().update_last(key, message, expected_id=expected_id)
 
 
-_real_append = Tx.append
+_real_commit = appending._commit
 
 
-def _append_without_fsync(tx: Tx, data: bytes, lines: int) -> None:
-    durable, tx.durable = tx.durable, False
-    try:
-        _real_append(tx, data, lines)
-    finally:
-        tx.durable = durable
+def _commit_without_fsync(root: Root, *args: Any, **kwargs: Any) -> None:
+    _real_commit(dataclasses.replace(root, durable=False), *args, **kwargs)
 
 
 class AppendWithoutFsync(SessionStore):
     """Appends to an existing session are not fsynced, even in fsync mode."""
 
+    def append(self, key: str, message: Any) -> str:
+        with _patched(appending, "_commit", _commit_without_fsync):
+            return super().append(key, message)
+
     def append_many(self, key: str, messages: Iterable[Any]) -> list[str]:
-        with _patched(Tx, "append", _append_without_fsync):
+        with _patched(appending, "_commit", _commit_without_fsync):
             return super().append_many(key, messages)
 
 

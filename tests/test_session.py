@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Iterable
-from typing import Any
 
 import pytest
 
@@ -99,19 +97,3 @@ def test_every_reader_of_a_corrupt_line_describes_it_alike(tmp_path: pathlib.Pat
     problem = plan_compaction(data).problem
     assert problem is not None and problem.corrupt
     assert (problem.line, problem.offset, problem.reason) == (bad.line, bad.offset, bad.reason)
-
-
-def test_a_durable_append_goes_through_the_append_many_a_subclass_extends(tmp_path: pathlib.Path) -> None:
-    """``append`` in fsync mode is ``append_many`` of one message, also for a subclass that
-    extends ``append_many`` (the harness plants bugs that way): the Session object must
-    not route around it."""
-    seen: list[str] = []
-
-    class Watched(SessionStore):
-        def append_many(self, key: str, messages: Iterable[Any]) -> list[str]:
-            seen.append(key)
-            return super().append_many(key, messages)
-
-    store = Watched(tmp_path / "s", durability="fsync")
-    store.append("k", {"role": "user", "content": "a"})
-    assert seen == ["k"]

@@ -1,127 +1,488 @@
-"""The lean path of the most common write: one message appended to a warm session.
+"""The append path of the JSONL store: every append, one message or a batch, flush or fsync
+mode, alone or under contention, ends in one function (:func:`_write`), with the session's
+guard held.
 
-"Warm" means this process kept the transcript open since its own last mutation
-(:class:`~jsonl_sessions.jsonl.guard.TranscriptView`) and nothing has happened since: the
-guard is taken first (no reentry), the control file holds no roll-forward record and an
-even counter, one ``lstat`` of the path shows the same regular file with the size, mtime
-and counter the view recorded, the view's tail is known, is not torn and its last line
-starts the way the store writes ids, and no group commit is waiting. Then the append is
-the same work as :func:`jsonl_sessions.jsonl.messages.append_many` does (same id rule, same
-encoding and limits, one write after the committed bytes, count cache and view kept
-current), without the general machinery's wrappers.
+That function:
 
-Anything else (a cold or changed session, a message with its own id, recovery work, a
-nested guard) takes the general path before a byte is written. A failing write is undone as by :meth:`jsonl_sessions.jsonl.txn.Tx.append` (counter odd,
-truncate to the committed size, counter even, descriptor closed): an unacknowledged line
-never appears later. Only ``"flush"`` mode: durable appends go through
-:mod:`jsonl_sessions.jsonl.group_commit`.
+- finds the transcript: the descriptor the guard kept since this process's last mutation
+  (:class:`~jsonl_sessions.jsonl.guard.TranscriptView`) when one ``lstat`` of the path shows
+  the same regular file (its tail too, and no tail read, when size, mtime and the control
+  file's counter are also as the view recorded); otherwise it opens the path (never
+  following a symlink) and reads the tail; a missing transcript is created (temp + rename);
+- assigns ids (strictly increasing after the last line's id; a caller's id is checked)
+  and encodes each message (JSON, no NaN, at most ``max_message_bytes``) before a byte is
+  written;
+- writes every line in ONE write after the committed bytes. A torn tail is saved to a
+  quarantine file and cut first; a batch of several lines of one caller commits an
+  :class:`~jsonl_sessions.jsonl.control.AppendBatch` record first (all or none after a crash);
+- fsyncs in ``"fsync"`` mode, with the visible end set before the write and cleared after
+  the fsync (docs/format.md), so no lock-free reader returns a line that is not durable
+  yet, and none waits for it;
+- rolls back on any failure of the write or the fsync: counter odd, truncate to the
+  committed size, counter even, kept descriptor closed; an unacknowledged line never
+  appears later (never retried: after a failed fsync the page cache cannot be trusted);
+- keeps the count cache and the kept view current (a failure there only drops them: the
+  append stands).
 
-System calls of a warm append: flock, pread of the control file, lstat, write, fstat,
-pwrite of the count cache (when the cache matched), unlock.
+Group commit (``"fsync"`` mode only, and only under contention): a thread appending one
+message while another thread of this process holds or waits for the session's guard
+queues it (:attr:`~jsonl_sessions.jsonl.guard.SessionGuard.pending`). One queued thread
+becomes the *writer*: it takes the guard, drains the queue and hands every queued message
+to :func:`_write` at once (ids in queue order; one write, one fsync; a message that fails
+validation or encoding fails only its own caller; an error of the write or the fsync
+fails every append it covered). The others wait on a condition variable and never touch
+the guard or the file. A lone thread never queues: it takes the guard and writes.
+
+System calls of an append to a warm session: flock, pread of the control file, lstat,
+write, fstat, pwrite of the count cache, unlock; ``"fsync"`` mode adds a pwrite of the
+visible end before the write, an fsync and a pwrite after it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import os
 import stat
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from .. import _platform, codec, ids
+from .. import _platform, codec
+from ..errors import InvalidMessageError, LockTimeoutError, SessionStoreError
+from ..ids import assign_ids, next_id
 from ..types import ChatMessage
+from . import sidecar
+from .control import AppendBatch
 from .guard import REGISTRY, GuardClosed, SessionGuard, TranscriptView
-from .layout import SessionFiles
-from .lines import Tail
-from .messages import append_many
-from .txn import DEFAULT, Root, enter
+from .layout import FileState, SessionFiles
+from .lines import Tail, iter_lines_backward, read_tail
+from .txn import Root, Tx, enter, save_torn
 
 
+# -- entry points -----------------------------------------------------------------------
 def append(root: Root, files: SessionFiles, message: ChatMessage) -> str:
-    """Append ``message`` in ``"flush"`` mode and return its id: the lean way when the
-    session is in the plain warm state, else (still under the guard taken here, so the
-    control file is read once) :func:`jsonl_sessions.jsonl.messages.append_many`. Raises what
-    :meth:`jsonl_sessions.SessionStore.append` raises. Cost: O(1)."""
+    """Append one message (creating the session if needed); its id. Errors as
+    :func:`append_many`. In ``"fsync"`` mode, when another thread of this process is
+    writing the same session, the append joins a group commit (see the module
+    docstring). Cost: O(1) in the transcript size."""
     guard = REGISTRY.get(files.lock)
-    if guard.view is None or message.id or guard.pending or guard.leading:
-        return append_many(root, files, (message,))[0]
-    first: list[bool] = []
-    try:
-        enter(root, files, guard, DEFAULT, first)  # completes a dead writer's work, if any
-    except GuardClosed:
-        return append_many(root, files, (message,))[0]
-    try:
-        if first[0]:  # not nested in a held guard: the general path knows the outer mutation
-            found = _append_held(root, files, guard, message)
-            if found is not None:
-                return found
-        return append_many(root, files, (message,))[0]
-    finally:
-        guard.release()
+    if root.durable and (guard.leading or guard.pending or guard.depth) and not guard.held_here():
+        return _queued(root, files, guard, message)
+    while True:
+        try:
+            enter(root, files, guard)
+        except GuardClosed:
+            guard = REGISTRY.get(files.lock)
+            continue
+        try:
+            return _write(root, files, guard, (message,), None)[0]
+        finally:
+            guard.release()
 
 
-def _append_held(root: Root, files: SessionFiles, guard: SessionGuard, message: ChatMessage) -> str | None:
+def append_many(root: Root, files: SessionFiles, msgs: Sequence[ChatMessage]) -> list[str]:
+    """Append ``msgs`` as one locked write (all or none, also after a crash); their ids.
+    Raises :class:`SerializationError` / :class:`InvalidMessageError` /
+    :class:`DuplicateMessageError` / :class:`LockTimeoutError` with nothing written, and
+    the ``OSError`` of a failed write or fsync with nothing left on disk."""
+    if not msgs:
+        return []
+    if len(msgs) == 1:
+        return [append(root, files, msgs[0])]
+    guard = REGISTRY.get(files.lock)
+    while True:
+        try:
+            enter(root, files, guard)
+        except GuardClosed:
+            guard = REGISTRY.get(files.lock)
+            continue
+        try:
+            return _write(root, files, guard, msgs, None)
+        finally:
+            guard.release()
+
+
+# -- group commit -------------------------------------------------------------------------
+class Pending:
+    """One queued append: its message, then its id or its error once written."""
+
+    __slots__ = ("done", "error", "id", "message")
+
+    def __init__(self, message: ChatMessage) -> None:
+        self.message = message
+        self.id = ""
+        self.error: BaseException | None = None
+        self.done = False
+
+    def result(self) -> str:
+        if self.error is not None:
+            raise self.error
+        return self.id
+
+
+def _queued(root: Root, files: SessionFiles, guard: SessionGuard, message: ChatMessage) -> str:
+    """Append ``message`` through the queue: wait for the thread writing queued appends, or
+    be it. :class:`LockTimeoutError` when neither this thread nor a writer that took the
+    message got the guard within the store's ``lock_timeout`` (it is then never written)."""
+    wait = root.lock_timeout
+    entry = Pending(message)
+    while True:
+        deadline = None if wait is None else time.monotonic() + wait
+        if _wait_for_writer(guard, files, entry, deadline, wait):
+            return entry.result()
+        try:
+            enter(root, files, guard, wait)
+        except GuardClosed:
+            _step_down(guard, entry)
+            guard = REGISTRY.get(files.lock)
+            continue
+        except BaseException:
+            _step_down(guard, entry)
+            raise
+        try:
+            with guard.pending_cond:
+                group, guard.pending = guard.pending, []
+            _write(root, files, guard, [p.message for p in group], group)
+        except BaseException:
+            if not entry.done:
+                raise
+            # else this thread raises its own message's outcome, as every other member does
+        finally:
+            guard.release()
+            _step_down(guard, entry)
+        return entry.result()
+
+
+def _step_down(guard: SessionGuard, entry: Pending) -> None:
+    """The writer is done (or never got the guard): ``entry`` off the queue if it was not
+    written, and the next queued thread may lead."""
+    with guard.pending_cond:
+        if not entry.done and entry in guard.pending:
+            guard.pending.remove(entry)
+        guard.leading = False
+        guard.pending_cond.notify_all()
+
+
+def _wait_for_writer(guard: SessionGuard, files: SessionFiles, entry: Pending, deadline: float | None,
+                     wait: float | None) -> bool:
+    """Queue ``entry`` and wait while another thread writes queued appends: True once a
+    writer wrote it (or failed it); False when this thread is to write (it is then the
+    writer: :attr:`SessionGuard.leading` is set). :class:`LockTimeoutError` at
+    ``deadline`` if no writer took it (it is taken off the queue)."""
+    cond = guard.pending_cond
+    with cond:
+        if entry not in guard.pending:
+            guard.pending.append(entry)
+        while guard.leading and not entry.done:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                if entry in guard.pending:
+                    guard.pending.remove(entry)
+                    raise LockTimeoutError(key=files.key, path=files.lock, timeout=wait, holder_pid=os.getpid())
+                deadline = None  # a writer has it: its outcome comes soon
+                continue
+            cond.wait(left)
+        if entry.done:
+            return True
+        guard.leading = True
+        return False
+
+
+# -- the write --------------------------------------------------------------------------
+def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[ChatMessage],
+           group: list[Pending] | None) -> list[str]:
+    """Append ``msgs`` to the session whose guard this thread holds (recovery done); their
+    ids. ``group``: the queued appends ``msgs`` come from (one each): every member ends
+    done, with its id or its own error; ``None``: one caller's messages, all or none, an
+    error raised."""
+    key = files.key
     view = guard.view
-    if view is None or view.seq != guard.seq:
-        return None
-    tail = view.tail
-    if tail is None or tail.committed != tail.size or tail.last_line is None:
-        return None
-    previous = view.last_id or codec.prefix_id(tail.last_line)
-    if not previous:
-        return None
+    fd = -1
+    st: os.stat_result | None = None
+    tail: Tail | None = None
+    clean = False
+    last = ""
+    if view is not None:  # the warm precondition: the kept descriptor still names the path's file
+        try:
+            st = _platform.lstat(files.transcript)
+        except FileNotFoundError:
+            guard.drop_view()
+            return _create(root, files, guard, msgs, group)
+        except BaseException:
+            guard.drop_view()
+            raise
+        if stat.S_ISREG(st.st_mode) and view.same_file(st):
+            fd = view.fd
+            if view.unchanged(st, guard.seq):
+                tail, clean, last = view.tail, view.clean, view.last_id
+        else:
+            guard.drop_view()
+            view = None
+    if fd == -1:
+        opened = files.open_transcript_for_write()
+        if opened is None:
+            return _create(root, files, guard, msgs, group)
+        fd, st = opened
+        clean = guard.clean_mark == (FileState.of(st), guard.seq)
+    assert st is not None
     try:
-        st = _platform.lstat(files.transcript)
-    except FileNotFoundError:
-        return None
-    if not (stat.S_ISREG(st.st_mode) and st.st_size == view.size and st.st_mtime_ns == view.mtime
-            and st.st_ino == view.ino and st.st_dev == view.dev):
-        return None
-    now = root.clock()
-    new_id = ids.next_id(previous, now)
-    if new_id is None:
-        return None  # the general path reports it
-    created = message.created_at
-    line = codec.encode_record(codec.record_of(message, new_id, now if created is None else created), files.key)
-    if len(line) > root.max_message_bytes:
-        return None  # the general path reports it
+        if tail is None:
+            tail = read_tail(fd, st.st_size)
+        now = root.clock()
+        if group is None:
+            m = msgs[0]
+            fields = m._data
+            if len(msgs) == 1 and not fields.get("id"):  # the common append: no id to check
+                previous = last or (codec.prefix_id(tail.last_line) if tail.last_line is not None else None) \
+                    or last_id(fd, tail)
+                new_id = next_id(previous, now)
+                if new_id is None:
+                    assign_ids(key, msgs, previous, now)  # raises the error of "no id fits"
+                    raise AssertionError("unreachable")
+                created = fields.get("created_at")
+                data = codec.encode_record(codec.record_of(m, new_id, now if created is None else created), key)
+                if len(data) > root.max_message_bytes:
+                    raise InvalidMessageError(key=key, message_id=new_id, reason=f"message is {len(data)} bytes, "
+                                              f"over max_message_bytes={root.max_message_bytes}")
+                new_ids = [new_id]
+            else:
+                records = assign_ids(key, msgs, last or last_id(fd, tail), now,
+                                     lambda mid: has_id(fd, tail.size, mid))
+                new_ids = [r["id"] for r in records]
+                data = b"".join(encode_lines(root, key, records))
+        else:
+            lines = _encode_group(root, key, group, last or last_id(fd, tail), now,
+                                  lambda mid: has_id(fd, tail.size, mid))
+            new_ids = [p.id for p in group if p.error is None]
+            data = b"".join(lines)
+        if data and tail.committed != tail.size:
+            save_torn(root, files, fd, tail)
+    except BaseException as exc:
+        _drop(guard, view, fd)
+        if group is not None:
+            _fail(group, exc)
+        raise
+    if not data:  # every queued message failed its own caller
+        _drop(guard, view, fd)
+        return []
+    try:
+        _commit(root, guard, view, fd, st, tail, data, new_ids, clean, atomic=group is None)
+    except BaseException as exc:
+        if group is not None:
+            _fail(group, exc)
+        raise
+    if group is not None:
+        for p in group:
+            p.done = True
+    return new_ids
+
+
+def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: int, st: os.stat_result, tail: Tail,
+            data: bytes, new_ids: list[str], clean: bool, *, atomic: bool) -> None:
+    """Write ``data`` (the lines of ``new_ids``) after the committed bytes of the transcript
+    open as ``fd`` (``st``, ``tail``: as found; ``view``: the kept view it came from, if
+    any), in one write (and one fsync when durable); rolled back on error (and the
+    descriptor closed), so none of the lines appears later. A torn tail (saved already) is
+    cut first. A batch (several lines and ``atomic``) commits an :class:`AppendBatch`
+    record first; lines of separate appends (not ``atomic``) do not: a crash may keep a
+    prefix of them, none acknowledged yet.
+
+    Durable mode: the counter is odd throughout when the append rewrites in place anyway
+    (a torn tail cut, a batch), else the visible end hides the new bytes from lock-free
+    readers (one ``pwrite`` before the write, one after the fsync). If clearing it fails,
+    the lines are cut as after a failed fsync (a reader may not see them until the next
+    guard holder clears it, and the append is not acknowledged). Failing to finish the
+    bookkeeping after a successful write (the counter made even again, the record
+    cleared) does not fail the append: the next guard holder completes it.
+
+    Then the transcript stays open as the guard's new view (with its tail and last id)
+    and the count cache is kept current. The append stands whatever fails there: the
+    view or the cache is then dropped, rebuilt later."""
+    durable = root.durable
+    committed = tail.committed
+    torn = committed != tail.size
+    lines = len(new_ids)
+    batch = lines > 1 and atomic
     cache = guard.count
     before = cache.lines if cache is not None and cache.matches(st, guard.seq) else None
-    fd = view.fd
-    guard.changes += 1
-    try:
-        _platform.write(fd, line)
-    except BaseException:
-        _undo(guard, fd, tail.committed)
-        raise
-    _keep(guard, view, line, new_id, before)
-    return new_id
-
-
-def _undo(guard: SessionGuard, fd: int, committed: int) -> None:
-    """After a failed write: cut whatever part of it landed (counter odd around the cut)
-    and close the kept descriptor."""
-    with contextlib.suppress(OSError):
+    guard.changes += 1  # the file may change from here on: a Tx open around this call reads it again
+    if batch:
+        guard.write_record(AppendBatch(committed, committed + len(data)), durable)
+    in_place = torn or batch
+    hide = durable and not in_place
+    if in_place:
         guard.begin_in_place()
-    with contextlib.suppress(OSError):
-        _platform.truncate(fd, committed)
-    with contextlib.suppress(OSError):
-        guard.end_in_place()
-    guard.drop_view()
-
-
-def _keep(guard: SessionGuard, view: TranscriptView, line: bytes, new_id: str, before: int | None) -> None:
-    """After the write: the new view (and count cache) of the transcript. The append
-    stands whatever fails here: the view or the cache is then dropped, rebuilt later."""
+        if torn:
+            _platform.truncate(fd, committed)
+    elif hide:
+        guard.hide_from(committed)
     try:
-        st = _platform.fstat(view.fd)
+        _platform.write(fd, data)
+        if durable:
+            _platform.fsync(fd)
+        if hide:
+            guard.show_all()
+    except BaseException:
+        in_place = True
+        with contextlib.suppress(OSError):
+            guard.begin_in_place()
+        with contextlib.suppress(OSError):  # even if the counter could not be marked
+            _platform.truncate(fd, committed)
+            if hide and guard.hidden is not None:  # cut: nothing left to hide
+                guard.show_all()
+        _drop(guard, view, fd)
+        raise
+    finally:
+        if in_place:
+            try:
+                guard.end_in_place()
+                if batch:
+                    guard.clear_record(durable)
+            except OSError:
+                pass
+    try:
+        st = _platform.fstat(fd)
     except OSError:
-        guard.drop_view()
+        _drop(guard, view, fd)
         return
-    end = view.size + len(line)
-    ours = st.st_size == end  # else a foreign writer appended too: read the tail again, count later
-    guard.view = TranscriptView(view.fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, guard.seq,
-                                Tail(end, end, view.size, line[:-1]) if ours else None, view.clean and ours,
-                                new_id if ours else "")
-    if before is not None and ours:
+    end = committed + len(data)
+    if st.st_size == end:
+        nl = data.rfind(b"\n", 0, len(data) - 1)
+        kept = TranscriptView.of(fd, st, guard.seq, Tail(end, end, committed + nl + 1, data[nl + 1 : -1]), clean,
+                                 new_ids[-1])
+    else:  # a foreign writer appended too: read the tail again, count later
+        kept = TranscriptView.of(fd, st, guard.seq, None)
+        before = None
+    if view is not None:
+        guard.view = kept  # the same descriptor, already counted
+    else:
+        guard.keep_view(kept, counted=False)
+    if before is not None:
         try:
-            guard.write_count(st, before + 1)
+            guard.write_count(st, before + lines)
         except OSError:  # a cache: the next reader rebuilds it
             pass
+
+
+def _drop(guard: SessionGuard, view: TranscriptView | None, fd: int) -> None:
+    """Nothing was written (an error, or nothing to write): close the transcript (the kept
+    view it came from, or the descriptor opened here)."""
+    if view is not None:
+        guard.drop_view()
+    else:
+        guard.close_taken(fd, counted=False)
+
+
+def _fail(group: list[Pending], exc: BaseException) -> None:
+    """Every member of ``group`` not done yet fails with ``exc`` (the first one) or a copy
+    of it (the others), so that no two threads raise the same exception object."""
+    first = True
+    for p in group:
+        if not p.done:
+            p.error = exc if first else copy.copy(exc)
+            p.done, first = True, False
+
+
+def _encode_group(root: Root, key: str, group: list[Pending], previous: str | None, now: int,
+                  exists: Any) -> list[bytes]:
+    """The lines of ``group``'s messages, ids assigned in queue order; a member that fails
+    validation or encoding gets its error (and is done) without a line."""
+    written: set[str] = set()
+    lines: list[bytes] = []
+    for p in group:
+        try:
+            records = assign_ids(key, [p.message], previous, now, lambda mid: mid in written or exists(mid))
+            line = encode_lines(root, key, records)[0]
+        except (SessionStoreError, ValueError, TypeError) as exc:
+            p.error, p.done = exc, True
+            continue
+        previous = p.id = records[0]["id"]
+        written.add(previous)
+        lines.append(line)
+    return lines
+
+
+def _create(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[ChatMessage],
+            group: list[Pending] | None) -> list[str]:
+    """Create the session with ``msgs`` as its transcript (temp + rename: all or none)."""
+    now = root.clock()
+    try:
+        if group is None:
+            records = assign_ids(files.key, msgs, None, now)
+            lines = encode_lines(root, files.key, records)
+            new_ids = [r["id"] for r in records]
+        else:
+            lines = _encode_group(root, files.key, group, None, now, lambda _mid: False)
+            new_ids = [p.id for p in group if p.error is None]
+            if not lines:
+                return []
+        tx = Tx(root, files, guard)
+        try:
+            tx.create(lines, new_meta(root, files.key, None))
+        except BaseException:
+            tx.forget()
+            raise
+    except BaseException as exc:
+        if group is not None:
+            _fail(group, exc)
+        raise
+    if group is not None:
+        for p in group:
+            p.done = True
+    return new_ids
+
+
+def new_meta(root: Root, key: str, breadcrumb: bool | None) -> dict[str, Any]:
+    """The sidecar of a session created now."""
+    meta = sidecar.new_sidecar(key, root.clock())
+    meta["trim_breadcrumb"] = breadcrumb
+    return meta
+
+
+# -- ids and lines of an open transcript ------------------------------------------------
+def encode_lines(root: Root, key: str, records: list[dict[str, Any]]) -> list[bytes]:
+    """The lines of ``records``: :class:`SerializationError`, or :class:`InvalidMessageError`
+    for one over ``max_message_bytes``."""
+    return codec.encode_records(records, key, root.max_message_bytes)
+
+
+def _ids_backward(fd: int, size: int, skip: int = 0) -> Iterator[str]:
+    """The readable ids of the lines before ``size``, newest first (corrupt lines stepped over)."""
+    lines = iter_lines_backward(fd, size)
+    for _ in range(skip):
+        next(lines, None)
+    for _start, line, _committed in lines:
+        try:
+            yield codec.id_of_line(line)
+        except ValueError:
+            continue
+
+
+def last_id(fd: int, tail: Tail) -> str | None:
+    """The id of the newest parseable line (normally the last one, already read: O(1))."""
+    if tail.last_line is not None:
+        try:
+            return codec.id_of_line(tail.last_line) or None
+        except ValueError:
+            pass
+    return next(_ids_backward(fd, tail.size), "") or None
+
+
+def previous_id(fd: int, tail: Tail) -> str | None:
+    """The id of the newest parseable line before the last one."""
+    return next(_ids_backward(fd, tail.size, skip=1), "") or None
+
+
+def has_id(fd: int, size: int, message_id: str) -> bool:
+    """Whether ``message_id`` is in the first ``size`` bytes (the backward scan stops at the
+    first smaller id: ids increase)."""
+    for found in _ids_backward(fd, size):
+        if found == message_id:
+            return True
+        if found < message_id:
+            return False
+    return False
+
+
+__all__ = ["Pending", "append", "append_many", "encode_lines", "has_id", "last_id", "new_meta", "previous_id"]

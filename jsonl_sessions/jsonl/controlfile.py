@@ -91,8 +91,20 @@ class Head(NamedTuple):
         return self.record is not None
 
 
+#: The fixed part (bytes 0-55) in one unpack: visible end or retired mark, counter, count cache.
+_FIXED = struct.Struct("<7Q")
+_RETIRED_VALUE = int.from_bytes(RETIRED, "little")
+
+
 def decode_head(raw: bytes) -> Head:
     """Decode the first bytes of a control file (any length; missing parts read as zero)."""
+    if len(raw) >= RECORD_OFFSET:  # the usual case: the fixed part is whole
+        end, seq, ino, size, mtime, lines, cached_seq = _FIXED.unpack_from(raw)
+        cache = CountCache(ino, size, mtime, lines, cached_seq) if ino else None
+        record = raw[RECORD_OFFSET:] if len(raw) > RECORD_OFFSET and raw[RECORD_OFFSET] else None
+        if end == _RETIRED_VALUE:
+            return Head(seq, cache, record, None, True)
+        return Head(seq, cache, record, end - 1 if end else None)
     seq = SEQ.unpack_from(raw, SEQ_OFFSET)[0] if len(raw) >= SEQ_OFFSET + SEQ.size else 0
     cache = None
     if len(raw) >= COUNT_OFFSET + COUNT.size:

@@ -145,7 +145,7 @@ class SessionGuard:
         self._owner = 0
         #: Whether the lock file was unlinked under this hold (:meth:`retire`).
         self._retired = False
-        #: Group commit (:mod:`jsonl_sessions.jsonl.group_commit`): appends queued for the next writer,
+        #: Group commit (:mod:`jsonl_sessions.jsonl.append`): appends queued for the next writer,
         #: whether a thread is writing queued appends now, and the condition both change
         #: under.
         self.pending: list[Any] = []
@@ -337,8 +337,8 @@ class SessionGuard:
     def write_count(self, st: os.stat_result, lines: int) -> None:
         """Record that the transcript, as ``st`` describes it, has ``lines`` complete lines,
         as of the current sequence counter (a cache: never fsynced)."""
-        cache = CountCache.of(st, lines, self.seq)
-        _platform.pwrite(self._fd, cache.encode(), COUNT_OFFSET)
+        cache = CountCache(st.st_ino, st.st_size, st.st_mtime_ns, lines, self.seq)
+        _platform.pwrite(self._fd, COUNT.pack(*cache), COUNT_OFFSET)
         self.count = cache
 
     def drop_count(self) -> None:

@@ -15,6 +15,7 @@ names. Rules shared by everything here:
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -28,9 +29,10 @@ from . import control as snapshot
 from . import sidecar
 from .control import peek_head, read_head
 from .layout import SessionFiles, read_sidecar, scan
-from .messages import log
 from .session import Session
 from .txn import Root, mutate
+
+log = logging.getLogger("jsonl_sessions")
 
 
 class Look(NamedTuple):

@@ -10,6 +10,8 @@ any other line is decoded and checked exactly. Takes no lock (each read is a con
 
 from __future__ import annotations
 
+import logging
+
 from .. import records
 from ..arguments import check_query
 from ..errors import SessionStoreError
@@ -18,9 +20,10 @@ from . import control as snapshot
 from . import sidecar
 from .layout import SessionFiles
 from .lines import BOM, iter_blocks
-from .messages import log
 from .metadata import Look, listed, looks
 from .txn import Root
+
+log = logging.getLogger("jsonl_sessions")
 
 
 def search(root: Root, query: SessionQuery) -> list[SessionMetadata]:

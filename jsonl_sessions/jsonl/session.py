@@ -21,8 +21,7 @@ every line starts with its id, so a message is found by binary search over byte 
 by counting newlines backwards. No index file exists to go stale.
 
 Appends are not written here: :meth:`Session.append` and :meth:`Session.append_many` hand
-them to the append path (:mod:`jsonl_sessions.jsonl.append`,
-:mod:`jsonl_sessions.jsonl.group_commit`, :func:`jsonl_sessions.jsonl.messages.append_many`).
+them to the one append path, :mod:`jsonl_sessions.jsonl.append` (group commit included).
 """
 
 from __future__ import annotations
@@ -45,10 +44,9 @@ from ..ids import assign_ids, replacement_record
 from ..pagination import TURN_SEARCH_LINES, Lines, Reading, page_back, page_forward
 from ..records import calls, decode_or_none
 from ..types import ChatMessage, Page
-from . import append as warm
+from . import append as appending
 from . import control, sidecar
-from . import group_commit as group
-from . import messages as appends
+from .append import has_id, last_id, new_meta, previous_id
 from .layout import FileState, SessionFiles
 from .lines import (
     BOM,
@@ -207,16 +205,11 @@ class Session:
     # -- appending (the append path: see the module docstring) -----------------------------
     def append(self, message: ChatMessage) -> str:
         """Append one message; its id."""
-        if self.root.durable:
-            return self.append_many((message,))[0]
-        return warm.append(self.root, self.files, message)
+        return appending.append(self.root, self.files, message)
 
     def append_many(self, msgs: Sequence[ChatMessage]) -> list[str]:
-        """Append ``msgs`` as one locked write (all or none); their ids. One message in
-        fsync mode joins the other threads appending to the session (group commit)."""
-        if len(msgs) == 1 and self.root.durable:
-            return [group.append(self.root, self.files, msgs[0])]
-        return appends.append_many(self.root, self.files, msgs)
+        """Append ``msgs`` as one locked write (all or none); their ids."""
+        return appending.append_many(self.root, self.files, msgs)
 
     # -- changing the end (under the guard) ------------------------------------------------
     def remove_last(self, expected_id: str | None) -> bool:
@@ -224,7 +217,7 @@ class Session:
         with mutate(self.root, self.files) as tx:
             if not tx.open():
                 return False
-            record = appends.newest(tx)
+            record = _newest(tx)
             if record is None or (expected_id is not None and (record.get("id") or "") != expected_id):
                 return False
             tx.truncate_to(tx.tail().last_start, 1)
@@ -236,15 +229,15 @@ class Session:
         with mutate(root, files) as tx:
             if not tx.open():
                 return False
-            old = appends.newest(tx)
+            old = _newest(tx)
             if old is None:
                 return False
             if expected_id is not None and (old.get("id") or "") != expected_id:
                 return False
             tail = tx.tail()
             fd = tx.fd
-            record = replacement_record(files.key, m, old, root.clock, lambda: appends.previous_id(fd, tail),
-                                        lambda mid: appends.has_id(fd, tail.last_start, mid))
+            record = replacement_record(files.key, m, old, root.clock, lambda: previous_id(fd, tail),
+                                        lambda mid: has_id(fd, tail.last_start, mid))
             tx.rewrite_tail(tail.last_start, self._encode([record])[0])
             return True
 
@@ -268,9 +261,9 @@ class Session:
         with mutate(root, files) as tx:
             lines = self._encode(assign_ids(files.key, msgs, None, root.clock()))
             if not files.transcript_exists():
-                tx.create(lines, appends._new_meta(root, files.key, None))
+                tx.create(lines, new_meta(root, files.key, None))
                 return
-            appends._check_clean(tx)
+            _check_clean(tx)
             tx.install(lines)
             tx.mark_clean()
 
@@ -284,9 +277,9 @@ class Session:
                 return False
             lines = self._encode(assign_ids(files.key, msgs, None, root.clock()))
             if not exists:
-                tx.create(lines, appends._new_meta(root, files.key, bool(breadcrumb)))
+                tx.create(lines, new_meta(root, files.key, bool(breadcrumb)))
                 return True
-            appends._check_clean(tx)
+            _check_clean(tx)
             meta = tx.read_sidecar()
             meta["trim_breadcrumb"] = bool(breadcrumb)
             meta["updated_at"] = root.clock()
@@ -341,7 +334,7 @@ class Session:
                 raise SessionExistsError(key=dest.key)
             tail = src.tail()
             if up_to is None:
-                end, fork_point = tail.committed, appends.last_id(src.fd, tail)
+                end, fork_point = tail.committed, last_id(src.fd, tail)
             else:
                 end, fork_point = _find_valid(src, tail.committed, up_to)[1], up_to
             txs[dest.lock].create(copy_chunks(src.fd, end), self._fork_meta(dest, fork_point))
@@ -509,3 +502,29 @@ def _count_removed(tx: Tx, at: int, removed: bytes) -> int:
     except CorruptTranscriptError as exc:
         line = line_number_of(tx.fd, at) + (exc.line or 1) - 1
         raise BadLine(line, at + (exc.offset or 0), exc.reason or "").error(files.key, files.transcript) from None
+
+
+# -- checks on an open transcript, under the guard -----------------------------------------
+def _newest(tx: Tx) -> dict[str, Any] | None:
+    """The newest message's record of the open transcript; None when it has no complete
+    line. A corrupt newest line raises :class:`CorruptTranscriptError` (its line number
+    counted: O(n) then, O(1) otherwise)."""
+    tail = tx.tail()
+    if tail.last_line is None:
+        return None
+    try:
+        return codec.decode_record(tail.last_line)
+    except ValueError as exc:
+        bad = BadLine.of(line_number_of(tx.fd, tail.last_start), tail.last_start, exc)
+        raise bad.error(tx.files.key, tx.files.transcript) from None
+
+
+def _check_clean(tx: Tx) -> None:
+    """Refuse (CorruptTranscriptError) to replace a transcript holding bytes that do not
+    parse: they would be destroyed. O(transcript), or O(1) when the transcript is known
+    to be clean (written or checked by this process, unchanged since: :attr:`Tx.clean`)."""
+    if tx.open() and not tx.clean:
+        data = tx.read_all()
+        if data:
+            parse(data, strict=True, key=tx.files.key, path=tx.files.transcript)
+        tx.clean = True

@@ -198,14 +198,13 @@ class SessionStore:
         share one write and one fsync (group commit): each returns only once its line
         is fsynced, and a failed write or fsync fails every append it covered, none of
         which appears later."""
-        if self._root.durable:  # through append_many, which a subclass may extend
-            return self.append_many(key, (message,))[0]
         return self._session(key).append(as_message(message))
 
     append_message = append
 
     def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
-        """Append several messages as one locked, single write (all or none); their ids."""
+        """Append several messages as one locked, single write (all or none, also after a
+        crash: a batch commits a roll-forward record first); their ids."""
         return self._session(key).append_many([as_message(m) for m in messages])
 
     # -- changing the end --------------------------------------------------------------------

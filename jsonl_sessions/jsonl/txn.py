@@ -7,10 +7,7 @@ also after SIGKILL or an I/O error at any point, keeps lock-free readers safe (t
 sequence counter is odd around anything that rewrites bytes in place) and keeps the
 count cache current:
 
-- :meth:`Tx.append`: one write after the committed bytes (a torn tail cut first, its
-  bytes saved to a quarantine file: :meth:`Tx.save_torn`); a
-  batch of several lines is journaled (:class:`~jsonl_sessions.jsonl.control.AppendBatch`);
-  rolled back on error, so an unacknowledged line never appears later;
+- appending is :mod:`jsonl_sessions.jsonl.append` (which uses the guard directly);
 - :meth:`Tx.truncate_to`: one ``ftruncate`` at a line boundary;
 - :meth:`Tx.rewrite_tail`: journaled (:class:`~jsonl_sessions.jsonl.control.TailRewrite`);
 - :meth:`Tx.install` / :meth:`Tx.create`: temp file, fsync, rename, directory fsync;
@@ -23,7 +20,8 @@ to complete the mutation at once, else the next guard holder does. In ``"fsync"`
 everything a primitive did is on stable storage when it returns (file fsync, directory
 fsync after create / rename / unlink); ``"flush"`` skips every fsync.
 
-The transcript is opened for writing in one place, :meth:`Tx.open`. The descriptor is
+The transcript is opened for writing by :meth:`Tx.open` (and by the append path, which
+checks the kept descriptor the same way). The descriptor is
 kept open on the guard after a successful mutation (a
 :class:`~jsonl_sessions.jsonl.guard.TranscriptView`) and reused by the next one when one
 ``lstat`` of the path shows the same inode: a warm append makes no ``open`` and, when
@@ -47,7 +45,6 @@ from . import quarantine, sidecar
 from ._atomic import atomic_write, unlink_quietly, write_temp
 from .control import (
     DEFAULT,
-    AppendBatch,
     Moves,
     Record,
     TailRewrite,
@@ -100,6 +97,26 @@ class Root:
         """Close every descriptor kept for the sessions of this directory (lock files and
         transcripts) that no thread holds."""
         REGISTRY.close_idle(self.path)
+
+
+def save_torn(root: Root, files: SessionFiles, fd: int, tail: Tail) -> str | None:
+    """Before a change that removes the torn tail of the transcript open as ``fd`` (a final
+    fragment without its newline): copy its bytes to a quarantine file (fsynced, directory
+    too) and log a warning naming the file and the byte count; the file's path. The
+    fragment is usually an append a crash cut short, but it may be a whole message whose
+    newline an outside truncate removed, so it is never cut unsaved. None, nothing
+    written, when there is no torn tail (or it is only a leading byte-order mark). Raises
+    ``OSError`` when the copy cannot be made: the caller's change must not run then.
+    Cost: O(torn bytes), and only when there is one."""
+    if not tail.torn:
+        return None
+    data = _platform.pread(fd, tail.size - tail.committed, tail.committed)
+    if not data or (tail.committed == 0 and data == BOM):
+        return None
+    path = quarantine.save(files, data, root.clock())
+    log.warning("session %r: saved the %d bytes of a torn tail (a last line without its newline) to %s "
+                "before removing it", files.key, len(data), path)
+    return path
 
 
 def mutate(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> Mutation:
@@ -246,25 +263,13 @@ class Tx:
         return self._tail
 
     def save_torn(self) -> str | None:
-        """Before a change that removes the open transcript's torn tail (a final fragment
-        without its newline): copy its bytes to a quarantine file (fsynced, directory too)
-        and log a warning naming the file and the byte count; the file's path. The
-        fragment is usually an append a crash cut short, but it may be a whole message
-        whose newline an outside truncate removed, so it is never cut unsaved. Once per
-        Tx; None, nothing written, when there is no torn tail (or it is only a leading
-        byte-order mark). Raises ``OSError`` when the copy cannot be made: the caller's
-        change must not run then. Cost: O(torn bytes), and only when there is one."""
-        tail = self.tail()
-        if self.torn_saved is not None or not tail.torn:
-            return self.torn_saved
-        data = _platform.pread(self.fd, tail.size - tail.committed, tail.committed)
-        if not data or (tail.committed == 0 and data == BOM):
-            return None
-        path = quarantine.save(self.files, data, self.root.clock())
-        log.warning("session %r: saved the %d bytes of a torn tail (a last line without its newline) to %s "
-                    "before removing it", self.files.key, len(data), path)
-        self.torn_saved = path
-        return path
+        """Before a change that removes the open transcript's torn tail: save it (see
+        :func:`save_torn`), once per Tx; the quarantine file's path, or None when there
+        is no torn tail. Raises ``OSError`` when the copy cannot be made: the caller's
+        change must not run then."""
+        if self.torn_saved is None:
+            self.torn_saved = save_torn(self.root, self.files, self.fd, self.tail())
+        return self.torn_saved
 
     def read_all(self) -> bytes:
         """Every byte of the open transcript. O(transcript)."""
@@ -315,71 +320,6 @@ class Tx:
             recover(self.guard, self.files)
 
     # -- primitives ----------------------------------------------------------------------
-    def append(self, data: bytes, lines: int, *, atomic: bool = True) -> None:
-        """Write ``data`` (``lines`` complete lines) after the committed bytes of the open
-        transcript, in one write (and one fsync). One line is atomic by the torn-tail rule;
-        a batch commits an :class:`AppendBatch` record first, unless not ``atomic`` (lines
-        of separate appends: a crash may keep a prefix of them, none acknowledged yet).
-        Rolled back on error, so none of the lines appears later. A torn tail is saved
-        first (:meth:`save_torn`).
-
-        Durable mode: no lock-free reader gets the new lines before their fsync returned
-        (one that failed is rolled back, and a reader must not have returned them): the
-        counter is odd throughout when the append rewrites in place anyway (a torn tail
-        cut, a batch), else the visible end hides them (:meth:`SessionGuard.hide_from`,
-        one ``pwrite`` before the write and one after the fsync), which readers do not
-        wait on. If clearing it fails, the lines are cut as after a failed fsync (a
-        reader may not see them until the next guard holder clears it, and the append
-        is not acknowledged)."""
-        tail = self.tail()
-        if tail.torn:
-            self.save_torn()
-        before = self.known_count()
-        batch = lines > 1 and atomic
-        self.guard.changes += 1  # the file may change from here on (see changed())
-        if batch:
-            self.guard.write_record(AppendBatch(tail.committed, tail.committed + len(data)), self.durable)
-        in_place_now = tail.torn or batch
-        hide = self.durable and not in_place_now
-        if in_place_now:
-            self.guard.begin_in_place()
-            if tail.torn:
-                _platform.truncate(self.fd, tail.committed)
-        elif hide:
-            self.guard.hide_from(tail.committed)
-        try:
-            _platform.write(self.fd, data)
-            if self.durable:
-                _platform.fsync(self.fd)
-            if hide:
-                self.guard.show_all()
-        except BaseException:
-            # Not acknowledged, so it must not appear later (a retry would duplicate it).
-            in_place_now = True
-            with contextlib.suppress(OSError):
-                self.guard.begin_in_place()
-            with contextlib.suppress(OSError):  # even if the counter could not be marked
-                _platform.truncate(self.fd, tail.committed)
-                if hide and self.guard.hidden is not None:  # cut: nothing left to hide
-                    self.guard.show_all()
-            raise
-        finally:
-            # Failing to finish the bookkeeping must not report a committed append as
-            # failed (a retry would duplicate it): the next guard holder completes it.
-            if in_place_now:
-                try:
-                    self.guard.end_in_place()
-                    if batch:
-                        self.guard.clear_record(self.durable)
-                except OSError:
-                    pass
-        st = self._stat_after_change()
-        end = tail.committed + len(data)
-        nl = data.rfind(b"\n", 0, len(data) - 1)
-        self.changed(st, Tail(end, end, tail.committed + nl + 1, data[nl + 1 : -1]) if st is not None else None)
-        if st is not None:
-            self.note_count(None if before is None else before + lines, st)
-
     def truncate_to(self, at: int, removed: int, *, remaining: int | None = None) -> None:
         """Cut the open transcript at ``at`` (a line boundary), removing ``removed``
         complete lines (``remaining``: the lines left, when the caller knows). One
@@ -529,4 +469,4 @@ class Tx:
 
 
 __all__ = ["DEFAULT", "Durability", "Mutation", "Root", "Tx", "acquire", "enter", "mutate", "recover",
-           "try_recover"]
+           "save_torn", "try_recover"]
