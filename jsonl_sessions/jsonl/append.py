@@ -212,9 +212,10 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
         except BaseException:
             guard.drop_view()
             raise
-        if stat.S_ISREG(st.st_mode) and view.same_file(st):
+        seen = view.file
+        if stat.S_ISREG(st.st_mode) and seen.same_file(st):
             fd = view.fd
-            if view.unchanged(st, guard.seq):
+            if view.seq == guard.seq and seen.unchanged(st):
                 tail, clean, last = view.tail, view.clean, view.last_id
         else:
             guard.drop_view()
