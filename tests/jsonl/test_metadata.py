@@ -1,5 +1,6 @@
-"""Session metadata and lifecycle: names, aliases, context, owner, run state, TTL cleanup,
-search and compact/repair.
+"""Session metadata and lifecycle on JSONL files: names, aliases, context, owner, run
+state, TTL cleanup, search and compact/repair. (What every backend must do with metadata,
+run state, attribution and search: contract/test_session_metadata.py.)
 
 Each behaviour a user depends on, on real files: setters never create a session, every
 change is one atomic sidecar replace that a fresh store reads back, getters take no
@@ -22,7 +23,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jsonl_sessions import (
@@ -111,15 +111,6 @@ def test_setters_on_a_missing_session_raise_and_create_nothing(store: SessionSto
     assert store.list_sessions() == []
     assert not os.path.exists(path_of(store, "ghost", ".jsonl"))
     assert not os.path.exists(path_of(store, "ghost", ".meta.json"))
-
-
-def test_getters_on_a_missing_session_return_none(store: SessionStore) -> None:
-    assert store.get_session_name("ghost") is None
-    assert store.get_session_agent_alias("ghost") is None
-    assert store.get_session_state("ghost") is None
-    assert store.get_session_metadata("ghost") is None
-    assert store.list_sessions_with_metadata() == []
-    assert store.delete_session_owned("ghost", "alice") is False
 
 
 def test_values_round_trip_through_a_fresh_store(cstore: SessionStore, clock: Clock) -> None:
@@ -360,64 +351,6 @@ def test_delete_session_owned_fails_closed(store: SessionStore) -> None:
     assert store.delete_session_owned("k", "bob") is False
 
 
-def test_delete_session_owned_waits_for_a_writer_holding_the_guard(store: SessionStore) -> None:
-    """The owner check happens under the guard: a re-stamp made while the guard was held
-    is seen by the deleter that was waiting for it."""
-    store.append("k", {"role": "user"})
-    store.set_session_principal("k", "alice")
-    results: list[bool] = []
-    with store.lock("k"):
-        worker = threading.Thread(target=lambda: results.append(store.delete_session_owned("k", "alice")))
-        worker.start()
-        time.sleep(0.05)
-        assert worker.is_alive(), "the deleter did not wait for the guard"
-        store.set_session_principal("k", "bob")
-    worker.join()
-    assert results == [False] and store.session_exists("k")
-
-
-# -- run state ---------------------------------------------------------------------------
-def test_state_transitions_since_and_turn(cstore: SessionStore, clock: Clock) -> None:
-    cstore.append("k", {"role": "user"})
-    assert cstore.get_session_state("k") is None
-    cstore.set_session_state("k", "running", "t1")
-    clock.now += 1000
-    cstore.set_session_state("k", "running", "t1")  # the same state and turn: since kept
-    assert cstore.get_session_state("k") == SessionState("running", "t1", utc_ms(START_MS))
-    cstore.set_session_state("k", "running", "t2")  # a new turn: since restarts
-    assert cstore.get_session_state("k") == SessionState("running", "t2", utc_ms(START_MS + 1000))
-    clock.now += 1000
-    cstore.set_session_state("k", "idle", "ignored")  # the turn is cleared on idle
-    assert fresh(cstore).get_session_state("k") == SessionState("idle", None, utc_ms(START_MS + 2000))
-    cstore.set_session_state("k", "error", "t3")
-    md = fresh(cstore).get_session_metadata("k")
-    assert md is not None and (md.state, md.turn_id) == ("error", "t3")
-
-
-def test_running_and_stuck_sessions(cstore: SessionStore, clock: Clock) -> None:
-    for key in ("a", "b", "c", "d"):
-        cstore.append(key, {"role": "user"})
-    cstore.set_session_state("a", "running", "ta")
-    clock.now += 10_000
-    cstore.set_session_state("b", "running", "tb")
-    cstore.set_session_state("c", "error", "tc")
-    clock.now += 5_000
-    assert [m.key for m in cstore.list_running_sessions()] == ["a", "b"]
-    assert [m.key for m in cstore.list_stuck_sessions(10)] == ["a"]  # running 15 s vs 5 s
-    assert [m.key for m in cstore.list_stuck_sessions(15)] == []  # "longer than": 15 s is not
-    assert [m.key for m in cstore.list_stuck_sessions(4.5)] == ["a", "b"]
-    assert all(isinstance(m, SessionMetadata) and m.state == "running" for m in cstore.list_stuck_sessions(0))
-    cstore.set_session_state("a", "idle")
-    assert [m.key for m in cstore.list_stuck_sessions(0)] == ["b"]
-    cstore.delete_session("b")
-    assert cstore.list_running_sessions() == []
-    for bad in (-1, float("nan"), float("inf")):
-        with pytest.raises(ValueError):
-            cstore.list_stuck_sessions(bad)
-    with pytest.raises(TypeError):
-        cstore.list_stuck_sessions("10")  # type: ignore[arg-type]
-
-
 def test_getters_do_not_wait_for_a_held_guard(tmp_path: pathlib.Path) -> None:
     """A supervisor listing stuck sessions is not blocked by a turn holding the guard."""
     now = [START_MS]
@@ -445,30 +378,6 @@ def test_getters_do_not_wait_for_a_held_guard(tmp_path: pathlib.Path) -> None:
     finally:
         release.set()
         holder.join()
-
-
-# -- attribution -----------------------------------------------------------------------
-def test_agent_attribution(store: SessionStore) -> None:
-    for i, alias in enumerate(["a", "a", "b", None, "a"]):
-        store.append(f"k{i}", {"role": "user", "content": i})
-        if alias is not None:
-            store.set_session_agent_alias(f"k{i}", alias)
-    assert store.count_agent_attribution("a") == 3
-    assert store.count_agent_attribution("zzz") == 0
-    assert store.rename_agent_attribution("a", "c") == 3
-    assert store.rename_agent_attribution("a", "c") == 0
-    assert store.rename_agent_attribution("c", "c") == 3  # nothing to change: reports the sessions
-    assert [fresh(store).get_session_agent_alias(f"k{i}") for i in range(5)] == ["c", "c", "b", None, "c"]
-    assert store.clear_agent_attribution("c") == 3
-    assert store.clear_agent_attribution("c") == 0
-    assert [store.get_session_agent_alias(f"k{i}") for i in range(5)] == [None, None, "b", None, None]
-    assert store.list_sessions() == [f"k{i}" for i in range(5)], "attribution changes never delete"
-    assert [m.content for m in store.try_load("k4")] == [4]
-    for bad in (None, 1):
-        with pytest.raises(TypeError):
-            store.count_agent_attribution(bad)  # type: ignore[arg-type]
-        with pytest.raises(TypeError):
-            store.rename_agent_attribution("b", bad)  # type: ignore[arg-type]
 
 
 # -- cleanup_stale ---------------------------------------------------------------------
@@ -571,15 +480,6 @@ def test_search_matches_names_and_message_text(store: SessionStore) -> None:
         store.search("fox")  # type: ignore[arg-type]
 
 
-def test_search_filters_by_agent_alias(store: SessionStore) -> None:
-    for key, alias in (("a", "bot"), ("b", "other"), ("c", None)):
-        store.append(key, {"role": "user", "content": "shared words"})
-        if alias:
-            store.set_session_agent_alias(key, alias)
-    assert keys_of(store.search(SessionQuery("shared", agent_alias="bot"))) == ["a"]
-    assert keys_of(store.search(SessionQuery("shared", agent_alias="nobody"))) == []
-
-
 def test_search_case_folding_escapes_and_non_ascii(store: SessionStore) -> None:
     store.append("strasse", {"role": "user", "content": "Die Straße"})
     store.append("quote", {"role": "user", "content": 'she said "Hi"\nthen left'})
@@ -633,26 +533,6 @@ def test_search_streams_long_transcripts_in_bounded_blocks(store: SessionStore, 
 
 
 texts = st.text(alphabet=st.sampled_from(list('abcABC \n"\\\u00df\u1e9e\u212a\u0130\u00e9e\u0301\U0001f600{}:,')), max_size=30)
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(contents=st.lists(texts | st.lists(texts, max_size=3), min_size=1, max_size=3), data=st.data())
-def test_search_agrees_with_a_plain_casefold_match(tmp_path: pathlib.Path, contents: list[Any], data: st.DataObject) -> None:
-    """Whatever the characters (quotes, backslashes, newlines, characters whose case folds
-    to ASCII or to several characters), search finds exactly what decoding every line and
-    casefolding its text finds: the byte prefilter never hides a match."""
-    store = SessionStore(tmp_path / "prop", durability="flush")
-    key = "k"
-    store.delete_session(key)
-    store.append_many(key, [{"role": "user", "content": c} for c in contents])
-    pool = [c for c in contents if isinstance(c, str)] + [t for c in contents if isinstance(c, list) for t in c]
-    source = data.draw(st.sampled_from(pool or [""]))
-    start = data.draw(st.integers(0, len(source)))
-    needle = data.draw(st.sampled_from([source[start : start + 4], source[start:].upper(), source[:start].swapcase(),
-                                        data.draw(texts)]))
-    folded = needle.casefold()
-    expected = not folded or any(folded in t.casefold() for t in pool)  # "" matches every session
-    assert keys_of(store.search(SessionQuery(needle))) == (["k"] if expected else [])
 
 
 # -- compact / repair --------------------------------------------------------------------
