@@ -1,4 +1,6 @@
-"""The message count: exact after every kind of change, and O(1) while the cache holds."""
+"""The message count on JSONL files: O(1) while the cache holds, and right after another
+tool appended or rewrote the transcript. (Exact after every kind of change, on every
+backend: contract/test_message_values.py.)"""
 
 from __future__ import annotations
 
@@ -33,31 +35,6 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
 
     monkeypatch.setattr(_platform, "pread", pread)
     yield seen
-
-
-def test_count_follows_every_mutation(store: SessionStore) -> None:
-    key = "k"
-    assert count(store, key) is None
-    store.append(key, {"role": "user", "content": "a"})
-    store.append_many(key, [{"role": "user", "content": str(i)} for i in range(5)])
-    assert count(store, key) == 6
-    store.remove_last(key)
-    assert count(store, key) == 5
-    store.update_last(key, {"role": "assistant", "content": "x"})
-    assert count(store, key) == 5
-    store.rewrite_messages(key, store.try_load(key)[:2])
-    assert count(store, key) == 2
-    store.replace_conversation_state(key, [{"role": "system", "content": "crumb"}, *store.try_load(key)], True)
-    assert count(store, key) == 3
-    assert store.clear_messages(key) == 3
-    assert count(store, key) == 0
-    store.append(key, {"role": "user", "content": "again"})
-    assert count(store, key) == 1
-    assert store.delete_session(key)
-    assert count(store, key) is None
-    store.append(key, {"role": "user", "content": "new"})
-    assert count(store, key) == 1
-    assert count(SessionStore(store.root), key) == len(store.try_load(key))
 
 
 def test_count_is_o1_while_the_cache_holds(store: SessionStore, reads: list[tuple[str, int]]) -> None:
