@@ -1,18 +1,28 @@
 """The message-history API on every backend: message counts, windows (``get_messages``),
 revert (``truncate_messages``) and ``page``, against plain-list expectations and the
 reference model's page (``jsonl_sessions.testing.reference.page``) on every cursor and
-option. (What a JSONL transcript adds, corrupt lines, torn tails, a BOM, the bytes each
+option, and forks in opposite directions at once (both guards taken in one order, never
+crosswise). (What a JSONL transcript adds, corrupt lines, torn tails, a BOM, the bytes each
 read costs, is in jsonl/test_history.py.)"""
 
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from stores import Backend
 
-from jsonl_sessions import ChatMessage, MessageNotFoundError, Page, SessionNotFoundError, SessionStore
+from jsonl_sessions import (
+    ChatMessage,
+    MessageNotFoundError,
+    Page,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionStore,
+)
 from jsonl_sessions.testing import reference
 
 # What page() must return: the reference model's page.
@@ -148,3 +158,27 @@ def test_page_errors(store: SessionStore) -> None:
     store.clear_messages("k")
     assert store.page("k") == Page([], False, None, None)
     assert store.page("k", after="") == Page([], False, None, None)
+
+
+def test_opposite_forks_do_not_deadlock(backend: Backend) -> None:
+    """copy(a, b) and copy(b, a) both hold both guards: taken in one order, never crosswise."""
+    store = backend.open(lock_timeout=20)
+    store.append("a", msg(0))
+    store.append("b", msg(1))
+    errors: list[BaseException] = []
+
+    def run(src: str, dst: str) -> None:
+        for _ in range(150):
+            try:
+                store.copy_messages(src, dst)
+            except SessionExistsError:
+                pass
+            except Exception as exc:  # noqa: BLE001 - a LockTimeoutError would be a deadlock
+                errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=pair) for pair in [("a", "b"), ("b", "a")] * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

@@ -291,30 +291,6 @@ def test_copy_of_empty_source_and_of_torn_or_corrupt_sources(store: SessionStore
     assert info.value.line == 4 and not store.session_exists("e")
 
 
-def test_opposite_forks_do_not_deadlock(tmp_path: pathlib.Path) -> None:
-    """copy(a, b) and copy(b, a) both hold both guards: taken in one order, never crosswise."""
-    store = SessionStore(tmp_path / "s", durability="flush", lock_timeout=20)
-    store.append("a", msg(0))
-    store.append("b", msg(1))
-    errors: list[BaseException] = []
-
-    def run(src: str, dst: str) -> None:
-        for _ in range(150):
-            try:
-                store.copy_messages(src, dst)
-            except SessionExistsError:
-                pass
-            except Exception as exc:  # noqa: BLE001 - a LockTimeoutError would be a deadlock
-                errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=pair) for pair in [("a", "b"), ("b", "a")] * 2]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-
-
 # -- truncate_messages ------------------------------------------------------------------------------
 
 
