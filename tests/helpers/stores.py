@@ -246,6 +246,10 @@ class Backend:
         self.name = name
         self.path = path
         self.persistent = name != "memory"
+        #: Whether ``lock(key)`` guards that one session only. The protocol lets a backend
+        #: guard more (SQLite's lock is the database file's write lock: it keeps every
+        #: other writer out); the others guard one session.
+        self.guards_one_session = name != "sqlite"
         self._pg = pg
         if pg is not None:  # a schema left by an earlier run on an external server starts empty
             pg.drop(pg.schema_for(str(path)))

@@ -18,7 +18,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -695,35 +694,6 @@ def test_lock_timeout_names_the_session_and_the_holder_process(tmp_path: pathlib
             holder.stdout.close()
     store.append(key, user("after"))  # the kernel released the dead holder's lock
     assert [m.content for m in store.try_load(key)] == ["before", "after"]
-
-
-def test_guard_is_reentrant_in_a_thread_and_exclusive_across_threads(tmp_path: pathlib.Path) -> None:
-    store = SessionStore(tmp_path / "s", lock_timeout=0.2)
-    results: dict[str, object] = {}
-
-    def other_thread(key: str) -> None:
-        try:
-            results[key] = SessionStore(tmp_path / "s", lock_timeout=0.2).append(key, user("other"))
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-            results[key] = exc
-
-    with store.lock("k"):
-        first = store.append("k", user("inside"))
-        with store.lock("k"):
-            assert store.update_last("k", user("updated"), expected_id=first) is True
-        for key in ("k", "unrelated"):
-            t = threading.Thread(target=other_thread, args=(key,))
-            t.start()
-            t.join()
-        assert [m.content for m in store.try_load("k")] == ["updated"]
-    blocked = results["k"]
-    assert isinstance(blocked, LockTimeoutError) and blocked.key == "k" and "'k'" in str(blocked)
-    assert isinstance(results["unrelated"], str), "the guard is per session"
-    t = threading.Thread(target=other_thread, args=("k",))
-    t.start()
-    t.join()
-    assert isinstance(results["k"], str)
-    assert [m.content for m in store.try_load("k")] == ["updated", "other"]
 
 
 def test_a_raised_corrupt_transcript_error_pickles(store: SessionStore) -> None:

@@ -351,35 +351,6 @@ def test_delete_session_owned_fails_closed(store: SessionStore) -> None:
     assert store.delete_session_owned("k", "bob") is False
 
 
-def test_getters_do_not_wait_for_a_held_guard(tmp_path: pathlib.Path) -> None:
-    """A supervisor listing stuck sessions is not blocked by a turn holding the guard."""
-    now = [START_MS]
-    store = SessionStore(tmp_path / "s", lock_timeout=0.2, clock=lambda: now[0])
-    store.append("k", {"role": "user"})
-    store.set_session_state("k", "running", "t")
-    now[0] += 60_000
-    done = threading.Event()
-    release = threading.Event()
-
-    def hold() -> None:
-        with store.lock("k"):
-            done.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        done.wait(10)
-        other = SessionStore(tmp_path / "s", lock_timeout=0.2, clock=lambda: now[0])
-        assert [m.key for m in other.list_stuck_sessions(0)] == ["k"]
-        assert other.get_session_state("k") is not None
-        assert other.get_session_metadata("k") is not None
-        assert [m.key for m in other.search(SessionQuery(""))] == ["k"]
-    finally:
-        release.set()
-        holder.join()
-
-
 # -- cleanup_stale ---------------------------------------------------------------------
 def test_cleanup_stale(store: SessionStore) -> None:
     now = time.time_ns()
