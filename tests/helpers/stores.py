@@ -10,6 +10,7 @@ here too.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import sqlite3
 import time
@@ -20,6 +21,7 @@ from jsonl_sessions import SessionStore
 from jsonl_sessions.rows import index_of
 from jsonl_sessions.sqlite import SqliteSessionStore
 from jsonl_sessions.testing import JsonlFileDamage, MemorySessionStore
+from jsonl_sessions.testing.contract import snapshot as api_snapshot
 
 #: Every backend of tests/contract: the JSONL store in both durability modes, SQLite,
 #: PostgreSQL (a throwaway server, see ``_pg.py``) and the in-memory reference store.
@@ -211,6 +213,21 @@ class PostgresStorage:
         return int(self._one(f"SELECT count(DISTINCT repair) FROM {self.s}.quarantine"))
 
 
+def root_files(root: str | os.PathLike[str]) -> dict[str, Any]:
+    """Every entry of a JSONL store's root: bytes of regular files, the target of
+    symlinks, directories marked."""
+    out: dict[str, Any] = {}
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.is_symlink():
+                out[entry.name] = ("symlink", os.readlink(entry.path))
+            elif entry.is_dir(follow_symlinks=False):
+                out[entry.name] = ("dir",)
+            else:
+                out[entry.name] = pathlib.Path(entry.path).read_bytes()
+    return out
+
+
 #: The storage capability of each backend (None: the backend has none, and the tests that
 #: need one skip, as ``SessionStoreContract`` documents).
 STORAGE: dict[str, Any] = {"jsonl-fsync": JsonlFileDamage, "jsonl-flush": JsonlFileDamage,
@@ -266,6 +283,26 @@ class Backend:
 
     def fresh(self, store: Any, **options: Any) -> Any:
         return self.open(**options) if self.persistent else store
+
+    def state(self, store: Any, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        """Everything a refused call must leave as it was: what the public API shows (every
+        listed session and ``keys``: messages, metadata, run state, breadcrumb) and, for
+        the JSONL store, every file of its root byte for byte."""
+        out: dict[str, Any] = {"api": api_snapshot(store, keys)}
+        if self.name.startswith("jsonl-"):
+            out["files"] = root_files(store.root)
+        return out
+
+    def assert_unchanged(self, store: Any, before: dict[str, Any], *, new_lock_ok: bool = False) -> None:
+        """``store`` is in the ``before`` state; with ``new_lock_ok``, but for the empty lock
+        files of JSONL sessions that were not created (the guard is taken before a message
+        is encoded; a lock file is never a session)."""
+        after = self.state(store, tuple(k for k in before["api"] if k not in ("list_sessions", "with_metadata")))
+        if new_lock_ok and "files" in after:
+            for name in set(after["files"]) - set(before["files"]):
+                if name.endswith(".lock") and after["files"][name] == b"":
+                    del after["files"][name]
+        assert after == before
 
     def damage(self, store: Any) -> Any:
         """The storage capability on ``store``, or None when the backend has none."""
