@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 import pytest
 from _budget import sized
-from _child import HELPERS
+from _child import CHECKOUT, HELPERS
 from _summary import record
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -296,7 +296,7 @@ def contract_failures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, lis
     module = tmp / "test_contract_planted.py"
     module.write_text(CONTRACT_HEADER + "".join(CONTRACT_CLASS.format(name=n) for n in CONTRACT_SELECTION))
     select = " or ".join(f"(Test{n} and {k})" for n, k in CONTRACT_SELECTION.items())
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pathlib.Path(__file__).parent), str(HELPERS),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([CHECKOUT, str(pathlib.Path(__file__).parent), str(HELPERS),
                                                         os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", "-W", "error",
                            "-k", select, str(module)], capture_output=True, text=True, cwd=tmp, env=env,

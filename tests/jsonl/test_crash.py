@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 import pytest
-from _child import HELPERS
+from _child import HELPERS, child_env
 from _summary import record
 from crashlog import kill, outcomes, read_events, temp_files, wait_for_event
 
@@ -55,7 +55,7 @@ def start_worker(
     with open(out, "wb") as fo, open(err, "wb") as fe:
         proc = subprocess.Popen(
             [sys.executable, WORKER, str(root), KEY, workload, str(seed)],
-            stdout=fo, stderr=fe, env={**os.environ, **(env or {})}, cwd=tmp,
+            stdout=fo, stderr=fe, env={**child_env(), **(env or {})}, cwd=tmp,
         )
     return proc, out, err
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 from _budget import sized
+from _child import child_env
 from _summary import record
 from crashlog import kill, read_events, wait_for_event
 
@@ -50,7 +51,7 @@ def start(tmp: pathlib.Path, root: pathlib.Path, workload: str, seed: int, n: in
     out, err = tmp / f"{workload}-{seed}.out", tmp / f"{workload}-{seed}.err"
     with open(out, "wb") as fo, open(err, "wb") as fe:
         proc = subprocess.Popen([sys.executable, WORKER, str(root), workload, str(seed), str(n)],
-                                stdout=fo, stderr=fe, cwd=tmp)
+                                stdout=fo, stderr=fe, cwd=tmp, env=child_env())
     return proc, out, err
 
 
