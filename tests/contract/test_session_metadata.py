@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stores import Backend
 
-from jsonl_sessions import SessionMetadata, SessionQuery, SessionState, SessionStore
+from jsonl_sessions import SessionMetadata, SessionNotFoundError, SessionQuery, SessionState, SessionStore
 
 START_MS = 1_750_000_000_000
 
@@ -57,6 +57,91 @@ def keys_of(results: list[SessionMetadata]) -> list[str]:
 
 
 texts = st.text(alphabet=st.sampled_from(list('abcABC \n"\\\u00df\u1e9e\u212a\u0130\u00e9e\u0301\U0001f600{}:,')), max_size=30)
+
+
+# -- setters and getters --------------------------------------------------------------
+SETTERS = [
+    ("set_session_name", ("chat",)),
+    ("set_session_agent_alias", ("bot",)),
+    ("set_session_context", ({"a": "b"},)),
+    ("set_session_principal", ("alice",)),
+    ("set_session_state", ("running", "t1")),
+]
+
+
+@pytest.mark.parametrize(("method", "args"), SETTERS, ids=[m for m, _ in SETTERS])
+def test_setters_on_a_missing_session_raise_and_create_nothing(store: SessionStore, backend: Backend, method: str,
+                                                               args: tuple[Any, ...]) -> None:
+    before = backend.state(store, ("ghost",))
+    with pytest.raises(SessionNotFoundError) as info:
+        getattr(store, method)("ghost", *args)
+    assert isinstance(info.value, KeyError)
+    assert not store.session_exists("ghost")
+    assert store.list_sessions() == []
+    backend.assert_unchanged(store, before, new_lock_ok=True)  # (JSONL: no transcript, no sidecar)
+
+
+def test_values_round_trip_through_a_fresh_store(cstore: SessionStore, clock: Clock, backend: Backend) -> None:
+    storage = backend.damage(cstore)  # the size the backend keeps, where it offers the capability
+    cstore.append("k", {"role": "user", "content": "hi"})
+    assert cstore.get_session_name("k") is None and cstore.get_session_agent_alias("k") is None
+    cstore.set_session_name("k", "My \U0001f99c chat\n")
+    cstore.set_session_agent_alias("k", "planner")
+    cstore.set_session_context("k", {"cwd": "/tmp", "model": "m\u00e9"})
+    cstore.set_session_principal("k", "user:42")
+    clock.now += 5
+    cstore.set_session_state("k", "running", "turn-1")
+    for s in (cstore, backend.fresh(cstore)):
+        assert s.get_session_name("k") == "My \U0001f99c chat\n"
+        assert s.get_session_agent_alias("k") == "planner"
+        assert s.get_session_state("k") == SessionState("running", "turn-1", utc_ms(START_MS + 5))
+        md = s.get_session_metadata("k")
+        assert md is not None
+        assert (md.key, md.name, md.agent_alias, md.principal_id, md.state, md.turn_id) == (
+            "k", "My \U0001f99c chat\n", "planner", "user:42", "running", "turn-1")
+        assert md.context == {"cwd": "/tmp", "model": "m\u00e9"}
+        assert md.created_at == utc_ms(START_MS)
+        assert md.message_count == 1 and md.size_bytes > 0
+        assert storage is None or md.size_bytes == storage.size("k")
+        assert (md.parent, md.fork_point, md.trim_breadcrumb) == (None, None, None)
+    # Overwrite, and clear the context.
+    cstore.set_session_name("k", "")
+    cstore.set_session_context("k", {})
+    assert backend.fresh(cstore).get_session_name("k") == ""
+    md = backend.fresh(cstore).get_session_metadata("k")
+    assert md is not None and md.context == {}
+    # Messages are untouched by metadata changes.
+    assert [m.content for m in cstore.try_load("k")] == ["hi"]
+
+
+BAD_VALUES = [
+    ("set_session_name", (None,), TypeError),
+    ("set_session_name", (b"bytes",), TypeError),
+    ("set_session_name", ("\ud800",), ValueError),
+    ("set_session_agent_alias", (3,), TypeError),
+    ("set_session_context", (["a", "b"],), TypeError),
+    ("set_session_context", ({"a": 1},), TypeError),
+    ("set_session_context", ({1: "a"},), TypeError),
+    ("set_session_context", ({"a": "\udfff"},), ValueError),
+    ("set_session_principal", ("",), ValueError),
+    ("set_session_principal", (None,), TypeError),
+    ("set_session_state", ("paused",), ValueError),
+    ("set_session_state", ("RUNNING",), ValueError),
+    ("set_session_state", (None,), ValueError),
+    ("set_session_state", ("running", 5), TypeError),
+]
+
+
+@pytest.mark.parametrize(("method", "args", "error"), BAD_VALUES, ids=[f"{m}-{a!r}" for m, a, _ in BAD_VALUES])
+def test_bad_values_are_rejected_and_nothing_is_written(
+    store: SessionStore, backend: Backend, method: str, args: tuple[Any, ...], error: type[Exception]
+) -> None:
+    store.append("k", {"role": "user"})
+    store.set_session_name("k", "before")
+    before = backend.state(store)
+    with pytest.raises(error):
+        getattr(store, method)("k", *args)
+    backend.assert_unchanged(store, before)
 
 
 def test_getters_on_a_missing_session_return_none(store: SessionStore) -> None:
