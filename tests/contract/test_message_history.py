@@ -67,6 +67,24 @@ def test_get_messages_windows_equal_slices_of_load(store: SessionStore) -> None:
             store.get_messages("k", **bad)  # type: ignore[arg-type]
 
 
+def test_copy_messages_refusals_create_nothing(store: SessionStore, backend: Backend) -> None:
+    ids = make(store, "src", 5)
+    store.append("taken", msg(0))
+    before = backend.state(store, ("t1", "t2", "t3"))
+    with pytest.raises(SessionExistsError):
+        store.copy_messages("src", "taken")
+    with pytest.raises(SessionExistsError):
+        store.copy_messages("src", "src")
+    with pytest.raises(SessionNotFoundError):
+        store.copy_messages("missing", "t1")
+    with pytest.raises(MessageNotFoundError):
+        store.copy_messages("src", "t2", up_to_message_id="0" * 26)
+    with pytest.raises(MessageNotFoundError):
+        store.copy_messages("src", "t3", up_to_message_id=ids[2] + "x")
+    backend.assert_unchanged(store, before, new_lock_ok=True)  # (JSONL: only lock files of the would-be targets)
+    assert not any(store.session_exists(k) for k in ("t1", "t2", "t3"))
+
+
 def test_truncate_messages_reverts_and_counts(store: SessionStore) -> None:
     ids = make(store, "k", 20)
     full = store.load("k")

@@ -31,8 +31,6 @@ from jsonl_sessions import (
     ChatMessage,
     CorruptTranscriptError,
     MessageNotFoundError,
-    SessionExistsError,
-    SessionNotFoundError,
     SessionStore,
     _platform,
 )
@@ -119,13 +117,6 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Reads]:
 
     monkeypatch.setattr(_platform, "pread", pread)
     yield seen
-
-
-def snapshot(root: str) -> dict[str, bytes]:
-    out = {}
-    for entry in os.scandir(root):
-        out[entry.name] = pathlib.Path(entry.path).read_bytes()
-    return out
 
 
 # -- get_message_count ---------------------------------------------------------------------------
@@ -244,27 +235,6 @@ def test_copy_messages_forks_with_same_ids_times_and_bytes(store: SessionStore) 
     assert store.load("fork2") == [*full[:4], store.get_message("fork2", new)]
     assert store.load("src") == full and store.load("fork") == full[:10]
     assert sorted(store.list_sessions()) == ["all", "fork", "fork2", "src"]
-
-
-def test_copy_messages_refusals_create_nothing(store: SessionStore) -> None:
-    ids = make(store, "src", 5)
-    store.append("taken", msg(0))
-    before = snapshot(store.root)
-    with pytest.raises(SessionExistsError):
-        store.copy_messages("src", "taken")
-    with pytest.raises(SessionExistsError):
-        store.copy_messages("src", "src")
-    with pytest.raises(SessionNotFoundError):
-        store.copy_messages("missing", "t1")
-    with pytest.raises(MessageNotFoundError):
-        store.copy_messages("src", "t2", up_to_message_id="0" * 26)
-    with pytest.raises(MessageNotFoundError):
-        store.copy_messages("src", "t3", up_to_message_id=ids[2] + "x")
-    after = snapshot(store.root)
-    for name in set(after) - set(before):  # only lock files of the would-be targets
-        assert name.endswith(".lock") and not store.session_exists(name[:-5])
-    assert {k: v for k, v in after.items() if k in before} == before
-    assert not any(store.session_exists(k) for k in ("t1", "t2", "t3"))
 
 
 def test_copy_of_empty_source_and_of_torn_or_corrupt_sources(store: SessionStore) -> None:
