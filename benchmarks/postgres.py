@@ -14,7 +14,7 @@ socket) and removed afterwards. Groups (medians and p95 per call, ratios to the 
 - ``scale``: appends per second of 8 threads on 8 sessions vs 1 thread (per-session
   advisory locks: the threads should not wait on each other, only on the server).
 
-Timings are never a gate; ``tests/test_postgres_bench_smoke.py`` runs it with ``--smoke``.
+Timings are never a gate; ``tests/project/test_postgres_bench_smoke.py`` runs it with ``--smoke``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Two views of the same append of a 200-byte user message:
 
 - **seam**: the calls through ``jsonl_sessions._platform`` and the ``os`` / ``fcntl`` /
   ``mmap`` calls under them, in order, counted in process by the probe of
-  ``tests/syscalls.py`` (the one tests use to pin counts);
+  ``tests/helpers/syscalls.py`` (the one tests use to pin counts);
 - **strace** (when ``strace`` is installed): the same append in a child process under
   ``strace -f``, every system call between two marker ``stat`` calls, as the kernel saw it
   (this includes anything the interpreter itself does, such as memory allocation).
@@ -47,9 +47,9 @@ _STRACE_LINE = re.compile(r"^(?:\[pid\s+)?(\d+)\]?\s+(.*)$")
 
 
 def load_probe() -> ModuleType:
-    """tests/syscalls.py, loaded by path (the tests directory is not a package)."""
-    spec = importlib.util.spec_from_file_location("_jsonl_sessions_syscall_probe", os.path.join(ROOT, "tests",
-                                                                                                  "syscalls.py"))
+    """tests/helpers/syscalls.py, loaded by path (the tests directory is not a package)."""
+    spec = importlib.util.spec_from_file_location("_jsonl_sessions_syscall_probe",
+                                                  os.path.join(ROOT, "tests", "helpers", "syscalls.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

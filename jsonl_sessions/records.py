@@ -97,7 +97,7 @@ class Prefilter:
 #: For each ASCII character, the non-ASCII characters whose casefold contains it (``ß``
 #: folds to ``ss``, the Kelvin sign to ``k``, ``ﬁ`` to ``fi``...), as computed from Python
 #: 3.11's tables (Unicode 14.0). Unicode never changes the folding of an existing
-#: character; ``tests/test_scale.py`` recomputes this table with the running Python, so a
+#: character; ``tests/jsonl/test_scale.py`` recomputes this table with the running Python, so a
 #: character a later Unicode version adds with such a folding fails a test.
 FOLDS_TO_ASCII: dict[str, str] = {
     "a": "\u1e9a", "f": "\ufb00\ufb01\ufb02\ufb03\ufb04", "h": "\u1e96", "i": "\u0130\ufb01\ufb03",

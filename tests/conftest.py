@@ -1,8 +1,22 @@
+"""Fixtures of every test folder, and the import path of the shared helpers.
+
+``tests/helpers`` (the modules every folder shares: budgets, the PostgreSQL server, the
+syscall probe, the SIGKILL tools, the crash and concurrency workers) is put first on
+``sys.path`` here, so a test imports them by name (``from _budget import sized``)
+whichever folder it is in. A worker started as a subprocess gets the same path from
+``_child.child_env()`` / ``sigkill.ENV``.
+"""
+
 from __future__ import annotations
 
 import gc
 import os
 import pathlib
+import sys
+
+HELPERS = str(pathlib.Path(__file__).resolve().parent / "helpers")
+if HELPERS not in sys.path:
+    sys.path.insert(0, HELPERS)
 
 import pytest
 from _budget import SOAK

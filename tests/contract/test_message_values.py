@@ -1,0 +1,76 @@
+"""Messages and keys on every backend: a stored message (every field, a compaction kind,
+extra fields) and the largest JSON integers come back unchanged through a fresh store
+object; long keys that differ only after the JSONL file name's cut stay two sessions;
+the message count follows every kind of mutation. (Refusals of bad keys, messages and
+ids with the JSONL root checked byte for byte are in jsonl/test_bad_input.py; the
+count's cache and its cost in jsonl/test_count_cache.py.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stores import Backend
+
+from jsonl_sessions import ChatMessage, SessionNotFoundError, SessionStore
+from jsonl_sessions.keys import key_to_stem
+
+
+def user(content: Any = "hi", **fields: Any) -> dict[str, Any]:
+    return {"role": "user", "content": content, **fields}
+
+
+def count(store: SessionStore, key: str) -> int | None:
+    try:
+        return store.get_message_count(key)
+    except SessionNotFoundError:
+        return None
+
+
+def test_keys_differing_only_after_the_cut_are_distinct(store: SessionStore, backend: Backend) -> None:
+    a, b = "z" * 200 + "a", "z" * 200 + "b"
+    store.append(a, user("A"))
+    store.append(b, user("B"))
+    assert key_to_stem(a) != key_to_stem(b)
+    fresh = backend.fresh(store)
+    assert [m.content for m in fresh.try_load(a)] == ["A"]
+    assert [m.content for m in fresh.try_load(b)] == ["B"]
+    fresh.delete_session(a)
+    assert fresh.list_sessions() == [b]
+
+
+def test_largest_json_integers_are_accepted(store: SessionStore, backend: Backend) -> None:
+    store.append("k", user([2**64 - 1, -(2**63)]))
+    assert backend.fresh(store).try_load("k")[0].content == [2**64 - 1, -(2**63)]
+
+
+def test_stored_message_round_trips_through_a_fresh_store(store: SessionStore, backend: Backend) -> None:
+    m = ChatMessage("tool", {"ok": True, "n": [1, 2.5, None]}, created_at=123, kind="compaction",
+                    extra={"tool_call_id": "c1", "name": "fn"})
+    new_id = store.append("k", m)
+    [loaded] = backend.fresh(store).try_load("k")
+    assert loaded == m.replace(id=new_id)
+
+
+def test_count_follows_every_mutation(store: SessionStore, backend: Backend) -> None:
+    key = "k"
+    assert count(store, key) is None
+    store.append(key, {"role": "user", "content": "a"})
+    store.append_many(key, [{"role": "user", "content": str(i)} for i in range(5)])
+    assert count(store, key) == 6
+    store.remove_last(key)
+    assert count(store, key) == 5
+    store.update_last(key, {"role": "assistant", "content": "x"})
+    assert count(store, key) == 5
+    store.rewrite_messages(key, store.try_load(key)[:2])
+    assert count(store, key) == 2
+    store.replace_conversation_state(key, [{"role": "system", "content": "crumb"}, *store.try_load(key)], True)
+    assert count(store, key) == 3
+    assert store.clear_messages(key) == 3
+    assert count(store, key) == 0
+    store.append(key, {"role": "user", "content": "again"})
+    assert count(store, key) == 1
+    assert store.delete_session(key)
+    assert count(store, key) is None
+    store.append(key, {"role": "user", "content": "new"})
+    assert count(store, key) == 1
+    assert count(backend.fresh(store), key) == len(store.try_load(key))

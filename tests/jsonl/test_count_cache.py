@@ -1,0 +1,84 @@
+"""The message count on JSONL files: O(1) while the cache holds, and right after another
+tool appended or rewrote the transcript. (Exact after every kind of change, on every
+backend: contract/test_message_values.py.)"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from jsonl_sessions import SessionNotFoundError, SessionStore, _platform
+from jsonl_sessions.keys import key_to_stem
+
+
+def count(store: SessionStore, key: str) -> int | None:
+    try:
+        return store.get_message_count(key)
+    except SessionNotFoundError:
+        return None
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
+    """Every pread through the platform seam, as (file name, bytes read)."""
+    seen: list[tuple[str, int]] = []
+    real = _platform.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        data = real(fd, size, offset)
+        seen.append((os.path.basename(os.readlink(f"/proc/self/fd/{fd}")), len(data)))
+        return data
+
+    monkeypatch.setattr(_platform, "pread", pread)
+    yield seen
+
+
+def test_count_is_o1_while_the_cache_holds(store: SessionStore, reads: list[tuple[str, int]]) -> None:
+    store.append_many("k", [{"role": "user", "content": "m" * 100} for _ in range(2000)])
+    store.append("k", {"role": "user", "content": "one more"})
+    store.remove_last("k")
+    reads.clear()
+    assert count(store, "k") == 2000
+    transcript = key_to_stem("k") + ".jsonl"
+    assert sum(n for name, n in reads if name == transcript) == 0, reads
+
+
+def test_count_follows_lines_appended_by_another_tool(store: SessionStore, reads: list[tuple[str, int]]) -> None:
+    store.append_many("k", [{"role": "user", "content": "m" * 100} for _ in range(1000)])
+    assert count(store, "k") == 1000
+    path = pathlib.Path(store.root) / (key_to_stem("k") + ".jsonl")
+    extra = b"".join(orjson.dumps({"id": f"7ZZZZZZZZZZZZZZZZZZZZZZZZ{i}", "role": "user", "content": i}) + b"\n"
+                     for i in range(3))
+    with open(path, "ab") as f:
+        f.write(extra + b'{"torn')
+    assert count(store, "k") == 1003  # recounted once (the file no longer matches the cache)...
+    reads.clear()
+    assert count(store, "k") == 1003  # ...and cached again
+    transcript = key_to_stem("k") + ".jsonl"
+    assert sum(n for name, n in reads if name == transcript) == 0
+
+
+def test_count_survives_an_in_place_rewrite_by_another_tool(store: SessionStore) -> None:
+    store.append_many("k", [{"role": "user", "content": "x" * 50} for _ in range(4)])
+    assert count(store, "k") == 4
+    path = pathlib.Path(store.root) / (key_to_stem("k") + ".jsonl")
+    lines = path.read_bytes().splitlines(keepends=True)
+    with open(path, "wb") as f:  # same inode, no lock, no counter change, a longer file
+        f.write(lines[0][:-1] + b" " * 400 + b"\n" + lines[1])
+    assert count(store, "k") == 2
+
+
+def test_count_survives_a_rewrite_by_another_tool(store: SessionStore) -> None:
+    store.append_many("k", [{"role": "user", "content": str(i)} for i in range(10)])
+    assert count(store, "k") == 10
+    path = pathlib.Path(store.root) / (key_to_stem("k") + ".jsonl")
+    lines = path.read_bytes().splitlines(keepends=True)
+    tmp = path.with_name("elsewhere")
+    tmp.write_bytes(b"".join(lines[:4]))
+    os.replace(tmp, path)  # a new inode, no lock, no counter change
+    assert count(store, "k") == 4
+    assert count(SessionStore(store.root), "k") == 4
