@@ -1,28 +1,25 @@
-"""The parts of the database backends' stores (SQLite, PostgreSQL) that do not touch the
-database: the store object's lifecycle, the reading and writing entry points that only
-delegate, metadata decoding, encoding with the size limit, ``compact`` over
-``compaction_report``, and the listing of metadata. Each backend's core class inherits
-:class:`DatabaseFront` and provides the primitives named below.
+"""What the database backends' stores (SQLite, PostgreSQL) share beyond
+:class:`~jsonl_sessions.base.BaseStore`: the store object's ``path``, rows decoded with
+their export offsets, metadata objects read from and written to session rows (the
+metadata primitives of :class:`BaseStore` over one ``_update``), encoding with the size
+limit, and the bodies of replace, fork, re-attribution and compaction inside the
+caller's transaction. Each backend's core class inherits :class:`DatabaseFront` and
+provides the primitives named below.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import codec, rows
-from .arguments import check_page_arguments
+from .base import BaseStore
 from .compaction import CompactionReport, plan_lines
 from .errors import CorruptTranscriptError, SessionExistsError
 from .ids import assign_ids
 from .jsonl import sidecar
-from .keys import validate_key
-from .metafront import MetadataFront
 from .pagination import Reading
-from .types import ChatMessage, Durability, MessageLike, Page, SessionMetadata, TimestampedMessage, datetime_of_ms
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
+from .types import ChatMessage, Page, SessionMetadata
 
 
 def usable_id(message_id: object) -> bool:
@@ -37,29 +34,33 @@ def usable_id(message_id: object) -> bool:
     return True
 
 
-class DatabaseFront(MetadataFront):
+class DatabaseFront(BaseStore):
     """Shared methods of the database backends' stores. A backend provides ``_db`` (with
     ``close()``), ``_path`` (what errors name), ``_durability``, ``_max_message_bytes``,
-    ``_clock``, and the methods ``_load``, ``append_many``, ``_replace_state``,
-    ``compaction_report`` and ``_where``."""
+    ``_clock``, the primitives of :class:`BaseStore` not defined here, ``_update`` and
+    ``compaction_report``."""
 
     _db: Any
     _path: str
-    _durability: Durability
     _max_message_bytes: int
-    _clock: Callable[[], int]
-
-    def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
-        raise NotImplementedError
-
-    def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
-        raise NotImplementedError
-
-    def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
-        raise NotImplementedError
 
     def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
         raise NotImplementedError
+
+    def _compaction_report(self, key: str, repair: bool) -> CompactionReport:
+        return self.compaction_report(key, repair=repair)
+
+    def _update(self, key: str, change: Callable[[dict[str, Any]], None]) -> None:
+        """Apply ``change`` to the metadata object of an existing session in one
+        transaction (:class:`SessionNotFoundError` for a missing one; an unreadable object
+        raises :class:`CorruptMetadataError` and is never overwritten)."""
+        raise NotImplementedError
+
+    def _set_field(self, key: str, name: str, value: object) -> None:
+        self._update(key, lambda meta: meta.__setitem__(name, value))
+
+    def _set_state(self, key: str, state: str, turn: str | None) -> None:
+        self._update(key, lambda meta: sidecar.set_state(meta, state, turn, self._clock()))
 
     # -- the store object -------------------------------------------------------------------
     @property
@@ -73,62 +74,17 @@ class DatabaseFront(MetadataFront):
         """The same as :attr:`path` (the JSONL backend's ``root`` is its directory)."""
         return self._path
 
-    @property
-    def durability(self) -> Durability:
-        return self._durability
-
     def close(self) -> None:
-        """Close the store's connections. Further calls raise ValueError. Idempotent."""
+        # further calls raise ValueError
         self._db.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- reading ---------------------------------------------------------------------------
-    def load(self, key: str) -> list[ChatMessage]:
-        """Every message, oldest first; ``[]`` for a missing session. Lenient: a row that
-        does not parse is skipped with a logged warning, never raised (use :meth:`try_load`
-        before writing a history back). One snapshot. Cost: O(messages)."""
-        return self._load(key, strict=False)
-
-    def try_load(self, key: str) -> list[ChatMessage]:
-        """Every message, oldest first; ``[]`` for a missing or empty session. Raises
-        :class:`CorruptTranscriptError` for a row that does not parse (its line number and
-        byte offset in the session's export). Cost: O(messages)."""
-        return self._load(key, strict=True)
-
-    def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
-        """Like :meth:`load`, each message with its ``created_at`` as an aware UTC datetime."""
-        return [TimestampedMessage(m, datetime_of_ms(m.created_at)) for m in self.load(key)]
-
     def _read_page(self, key: str, limit: int, before: str | None, after: str | None, reading: Reading,
                    breakpoint: bool, whole_turns: bool) -> Page:
         raise NotImplementedError
 
-    def page(
-        self,
-        key: str,
-        *,
-        limit: int = 100,
-        before: str | None = None,
-        after: str | None = None,
-        ts_before: int | None = None,
-        breakpoint: bool = False,
-        whole_turns: bool = False,
-    ) -> Page:
-        """One page of messages, oldest first, with the JSONL backend's semantics (see
-        :meth:`jsonl_sessions.SessionStore.page`): no cursor = the ``limit`` newest,
-        ``before=id`` = the ``limit`` newest older than it, ``after=id`` = the ``limit``
-        oldest newer than it (``after=""``: from the first); ``ts_before``, ``breakpoint``
-        and ``whole_turns`` filter, cut and widen the same way. Raises
-        :class:`SessionNotFoundError`, :class:`MessageNotFoundError` (unknown cursor),
-        ValueError (``limit < 1``, both cursors). One read transaction. Cost: O(log n) to
-        find a cursor plus O(page) rows (``ts_before`` reads the rows it skips)."""
-        validate_key(key)  # the key first, as every backend checks it
-        check_page_arguments(limit, before, after, ts_before)
+    def _page(self, key: str, limit: int, before: str | None, after: str | None, ts_before: int | None,
+              breakpoint: bool, whole_turns: bool) -> Page:
         reading = Reading(ts_before)
         got = self._read_page(key, limit, before, after, reading, breakpoint, whole_turns)
         if reading.bad:
@@ -136,30 +92,6 @@ class DatabaseFront(MetadataFront):
             rows.log.warning("skipped %d corrupt row(s) of session %r in %s; first at line %d: %s",
                              len(reading.bad), key, self._path, first + 1, reading.bad[first])
         return got
-
-    # -- writing ---------------------------------------------------------------------------
-    def append(self, key: str, message: MessageLike) -> str:
-        """Append one message (creating the session if needed); its id. One transaction,
-        durable on return in fsync mode. SerializationError / InvalidMessageError /
-        DuplicateMessageError with nothing written. Cost: O(log n)."""
-        return self.append_many(key, (message,))[0]
-
-    def append_message(self, key: str, message: MessageLike) -> str:
-        """The same as :meth:`append`."""
-        return self.append_many(key, (message,))[0]
-
-    def replace_conversation_state(self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool) -> None:
-        """Replace the messages and the trim-breadcrumb flag in one transaction (one
-        crash-atomic unit). Creates the session if needed."""
-        self._replace_state(key, messages, breadcrumb_present, if_exists=False)
-
-    def replace_conversation_state_if_exists(
-        self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool
-    ) -> bool:
-        """Like :meth:`replace_conversation_state`, but only while the session exists: False,
-        nothing written, when it does not (a deleted session is never recreated: the check
-        and the writes are one transaction)."""
-        return self._replace_state(key, messages, breadcrumb_present, if_exists=True)
 
     # -- rows and metadata -------------------------------------------------------------------
     def _rows(self, c: Any, sid: int, start: int = 0, stop: int | None = None) -> list[tuple[int, bytes]]:
@@ -289,28 +221,6 @@ class DatabaseFront(MetadataFront):
             self._write_meta(c, s, meta)
             changed += 1
         return changed
-
-    def list_sessions_with_metadata(self) -> list[SessionMetadata]:
-        """Every session's metadata, in key order (one snapshot). O(sessions)."""
-        return self._where(lambda _meta: True)
-
-    def compact(self, key: str, *, repair: bool = False) -> int:
-        """Drop exact duplicates (a row with the same id and bytes as an earlier one; rows
-        without an id are never duplicates); the number of rows dropped (0: nothing
-        written). Order and bytes of the rest are kept.
-
-        Refuses, with :class:`CorruptTranscriptError` naming the first such row and nothing
-        changed, a session holding a row that does not parse or a second row with an
-        earlier row's id but other bytes, unless ``repair=True``: then every row of the
-        session is first copied to the ``quarantine`` table (with the key and the time;
-        never removed by the store; logged) and the rewrite keeps every row that parses (of
-        rows sharing an id, the first). One transaction. :class:`SessionNotFoundError` for a
-        missing session. Cost: O(rows)."""
-        report = self.compaction_report(key, repair=repair)
-        if report.quarantine is not None:
-            rows.log.warning("compact(repair=True) of session %r: its original rows are kept in %s", key,
-                             report.quarantine)
-        return report.dropped
 
 
 __all__ = ["DatabaseFront", "usable_id"]

@@ -11,9 +11,8 @@ any other line is decoded and checked exactly. Takes no lock (each read is a con
 from __future__ import annotations
 
 from .. import records
-from ..arguments import check_query
 from ..errors import SessionStoreError
-from ..types import SessionMetadata, SessionQuery
+from ..types import SessionMetadata
 from . import reads as snapshot
 from . import sidecar
 from .layout import SessionFiles
@@ -23,8 +22,9 @@ from .metadata import Look, listed, looks
 from .txn import Root
 
 
-def search(root: Root, query: SessionQuery) -> list[SessionMetadata]:
-    needle, limit, alias = check_query(query)
+def search(root: Root, needle: str, limit: int | None, alias: str | None) -> list[SessionMetadata]:
+    """The sessions matching the casefolded ``needle`` (a checked query: see
+    :func:`jsonl_sessions.arguments.check_query`), newest activity first."""
     prefilter = records.Prefilter(needle)
     found: list[tuple[int, str, SessionFiles, Look]] = []
     for files, look in looks(root):

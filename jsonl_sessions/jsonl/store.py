@@ -26,14 +26,13 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
-from types import TracebackType
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
 from .. import _platform
-from ..arguments import check_context, check_options, check_text
+from ..arguments import check_options
+from ..base import BaseStore, Keep
 from ..compaction import CompactionReport
 from ..ids import now_ms
 from ..types import (
@@ -42,25 +41,17 @@ from ..types import (
     MessageLike,
     Page,
     SessionMetadata,
-    SessionQuery,
-    SessionState,
-    TimestampedMessage,
     as_message,
-    datetime_of_ms,
 )
 from . import append as warm
 from . import group_commit as group
-from . import history, maintenance, metadata, paging, prune, search, sidecar
+from . import history, maintenance, metadata, paging, prune, search
 from . import messages as ops
 from .guard import REGISTRY, SessionGuard
 from .layout import SessionFiles, list_keys
 from .txn import Root, acquire
 
-if TYPE_CHECKING:
-    from typing_extensions import Self
-
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-log = logging.getLogger("jsonl_sessions")
 
 
 class _Held:
@@ -80,7 +71,7 @@ class _Held:
         self.guard.release()
 
 
-class SessionStore:
+class SessionStore(BaseStore):
     """A directory of sessions, each a JSONL transcript plus a sidecar.
 
     ``root`` is created (mode 0700) if missing. Thread-safe; several processes may open
@@ -105,6 +96,7 @@ class SessionStore:
         path = os.path.abspath(os.fspath(root))
         self._durability: Durability = durability
         self._root = Root(path, durability == "fsync", lock_timeout, clock or now_ms, max_message_bytes)
+        self._clock = self._root.clock
         REGISTRY.fit(_platform.fd_limit())  # what the process keeps open stays within its limit
         if not _platform.is_dir(path):
             _platform.makedirs(path)
@@ -115,10 +107,6 @@ class SessionStore:
     @property
     def root(self) -> str:
         return self._root.path
-
-    @property
-    def durability(self) -> Durability:
-        return self._durability
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._root.path!r}, durability={self._durability!r})"
@@ -131,13 +119,6 @@ class SessionStore:
         usable (it reopens what it needs). Idempotent."""
         self._root.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
     def _files(self, key: str) -> SessionFiles:
         return self._root.files(key)
 
@@ -147,23 +128,6 @@ class SessionStore:
         return _Held(self._root, self._files(key))
 
     # -- reading -----------------------------------------------------------------------------
-    def load(self, key: str) -> list[ChatMessage]:
-        """Every message, oldest first; ``[]`` for a missing session. Lenient: corrupt
-        lines (and an unreadable symlink) are skipped with a logged warning, never raised;
-        use :meth:`try_load` before writing a history back. Cost: O(transcript)."""
-        return ops.load(self._root, self._files(key))
-
-    def try_load(self, key: str) -> list[ChatMessage]:
-        """Every message, oldest first; ``[]`` only for a missing or empty session.
-        Raises :class:`CorruptTranscriptError` (with line and byte offset) for a complete
-        line that does not parse, :class:`UnsafePathError` for a symlinked transcript.
-        A torn tail is ignored. Takes no lock. Cost: O(transcript)."""
-        return ops.try_load(self._root, self._files(key))
-
-    def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
-        """Like :meth:`load`, each message with its ``created_at`` as an aware UTC datetime."""
-        return [TimestampedMessage(m, datetime_of_ms(m.created_at)) for m in self.load(key)]
-
     def session_exists(self, key: str) -> bool:
         """Whether the session's transcript exists (a regular file). Takes no lock."""
         return self._files(key).transcript_exists()
@@ -197,16 +161,6 @@ class SessionStore:
             return self.append_many(key, (message,))[0]
         return warm.append(self._root, self._files(key), as_message(message))
 
-    append_message = append
-
-    def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
-        """Append several messages as one locked, single write (all or none); their ids."""
-        files = self._files(key)
-        msgs = [as_message(m) for m in messages]
-        if len(msgs) == 1 and self._root.durable:  # threads appending to one session share the fsync
-            return [group.append(self._root, files, msgs[0])]
-        return ops.append_many(self._root, files, msgs)
-
     # -- changing the end --------------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
         """Remove the newest message; True when one was removed. With ``expected_id``,
@@ -214,47 +168,6 @@ class SessionStore:
         line boundary: O(1) in the transcript size. A corrupt last line raises
         :class:`CorruptTranscriptError` and leaves the file byte-for-byte unchanged."""
         return ops.remove_last(self._root, self._files(key), expected_id)
-
-    def update_last(self, key: str, message: MessageLike, *, expected_id: str | None = None) -> bool:
-        """Replace the newest message; True when one was replaced (with ``expected_id``:
-        only when the newest has that id). The new message keeps the old id and
-        created_at unless it carries its own. Crash-atomic through a roll-forward record
-        (the next guard holder completes an interrupted update); O(1) in the transcript
-        size. A corrupt last line raises :class:`CorruptTranscriptError`, file unchanged."""
-        files = self._files(key)
-        return ops.update_last(self._root, files, as_message(message), expected_id)
-
-    # -- replacing everything ----------------------------------------------------------------
-    def rewrite_messages(self, key: str, messages: Iterable[MessageLike]) -> None:
-        """Atomically replace the whole transcript (creating the session if needed): temp
-        file, streamed writes, fsync, rename, directory fsync. Messages without ids get
-        ids that keep the order increasing. Refuses (:class:`CorruptTranscriptError`,
-        nothing changed) when the current transcript holds corrupt lines. Cost: O(old + new)."""
-        files = self._files(key)
-        ops.rewrite(self._root, files, [as_message(m) for m in messages])
-
-    def replace_conversation_state(self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool) -> None:
-        """Replace the transcript and the trim-breadcrumb flag as one crash-atomic unit
-        (both temp files written and fsynced, then a roll-forward record committed, then
-        both renamed). Creates the session if needed."""
-        files = self._files(key)
-        ops.replace_state(self._root, files, [as_message(m) for m in messages], breadcrumb_present, if_exists=False)
-
-    def replace_conversation_state_if_exists(
-        self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool
-    ) -> bool:
-        """Like :meth:`replace_conversation_state`, but only while the session exists:
-        False, and nothing written, when it was deleted. The existence check and both
-        writes happen under the guard that delete takes, so a deleted session is never
-        recreated."""
-        files = self._files(key)
-        return ops.replace_state(self._root, files, [as_message(m) for m in messages], breadcrumb_present,
-                                      if_exists=True)
-
-    def set_session_trim_breadcrumb(self, key: str, present: bool) -> None:
-        """Record whether the transcript starts with a synthetic trim breadcrumb (sidecar,
-        atomic). Raises :class:`SessionNotFoundError` for a missing session."""
-        ops.set_trim_breadcrumb(self._root, self._files(key), present)
 
     # -- clearing and deleting ---------------------------------------------------------------
     def clear_messages(self, key: str) -> int:
@@ -281,43 +194,6 @@ class SessionStore:
         exist, or that line is corrupt: logged). Binary search over byte offsets (ids
         increase down the file): O(log n) block reads, one line parsed. Takes no lock."""
         return history.get_message(self._root, self._files(key), message_id)
-
-    def get_messages(self, key: str, *, limit: int | None = None, offset: int = 0) -> list[ChatMessage]:
-        """The messages at positions ``[offset, offset + limit)`` (all from ``offset`` when
-        ``limit`` is None), oldest first. Raises :class:`SessionNotFoundError` for a
-        missing session, ValueError for a negative ``limit`` / ``offset``.
-
-        Positions are those of :meth:`get_message_count` (complete lines); a corrupt line
-        in the window is skipped with a logged warning, so concatenated windows equal
-        :meth:`load`. A window in the newer half is found by counting newlines backwards
-        from the end, one in the older half forwards from the start: only the window's
-        lines are parsed, and the bytes read are O(window + the smaller of offset and
-        count - offset) (newline counting, no parsing). Takes no lock."""
-        return history.get_messages(self._root, self._files(key), limit, offset)
-
-    def page(
-        self,
-        key: str,
-        *,
-        limit: int = 100,
-        before: str | None = None,
-        after: str | None = None,
-        ts_before: int | None = None,
-        breakpoint: bool = False,
-        whole_turns: bool = False,
-    ) -> Page:
-        """One page of messages, oldest first, for scrolling through a long session (the
-        contract: :meth:`jsonl_sessions.protocol.SessionBackend.page`).
-
-        Here: ``ts_before`` skips newer-stamped lines one by one (their time read off the
-        line's prefix, not parsed: created_at need not increase down the file);
-        ``whole_turns`` looks for a tool result's call among the 1024 lines before it.
-        Corrupt lines are skipped (logged); they do not count towards ``limit``. Takes no
-        lock; the page is one consistent state. Cost: O(page) reads and parses from the
-        end, plus O(log n) block reads to find a cursor; never the whole transcript
-        (``ts_before`` and a missing tool call aside)."""
-        return paging.page(self._root, self._files(key), limit=limit, before=before, after=after, ts_before=ts_before,
-                           breakpoint=breakpoint, whole_turns=whole_turns)
 
     def copy_messages(self, source: str, target: str, *, up_to_message_id: str | None = None) -> str | None:
         """Fork / share: create session ``target`` holding ``source``'s messages up to and
@@ -362,158 +238,63 @@ class SessionStore:
         itself still loads). Takes no lock."""
         return metadata.get_session_metadata(self._root, self._files(key))
 
-    def list_sessions_with_metadata(self) -> list[SessionMetadata]:
-        """Every session's metadata, in key order. Parses no transcript: sidecars, file
-        stats and the count cache only (O(sessions)). A session whose sidecar is unreadable
-        is listed with the fields the stats give (and a logged warning). Takes no lock."""
-        return metadata.where(self._root, lambda _look: True)
+    # -- the primitives of BaseStore ---------------------------------------------------------
+    def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
+        files = self._files(key)
+        return ops.try_load(self._root, files) if strict else ops.load(self._root, files)
 
-    def set_session_name(self, key: str, name: str) -> None:
-        """Set the human-readable name (any string, "" included). Atomic; raises
-        :class:`SessionNotFoundError` for a missing session."""
-        metadata.set_field(self._root, self._files(key), "name", check_text("name", name))
+    def _get_messages(self, key: str, limit: int | None, offset: int) -> list[ChatMessage]:
+        return history.get_messages(self._root, self._files(key), limit, offset)
 
-    def get_session_name(self, key: str) -> str | None:
-        """The name; None when the session is missing or has none. Takes no lock."""
-        return sidecar.text(metadata.meta_of(self._files(key)), "name")
+    def _page(self, key: str, limit: int, before: str | None, after: str | None, ts_before: int | None,
+              breakpoint: bool, whole_turns: bool) -> Page:
+        return paging.page(self._root, self._files(key), limit=limit, before=before, after=after, ts_before=ts_before,
+                           breakpoint=breakpoint, whole_turns=whole_turns)
 
-    def set_session_agent_alias(self, key: str, agent_alias: str) -> None:
-        """Record the agent alias the session is attributed to. Atomic; raises
-        :class:`SessionNotFoundError` for a missing session."""
-        value = check_text("agent_alias", agent_alias)
-        metadata.set_field(self._root, self._files(key), "agent_alias", value)
+    def _append_many(self, key: str, messages: list[ChatMessage]) -> list[str]:
+        files = self._files(key)
+        if len(messages) == 1 and self._root.durable:  # threads appending to one session share the fsync
+            return [group.append(self._root, files, messages[0])]
+        return ops.append_many(self._root, files, messages)
 
-    def get_session_agent_alias(self, key: str) -> str | None:
-        """The agent alias; None when the session is missing or has none. Takes no lock."""
-        return sidecar.text(metadata.meta_of(self._files(key)), "agent_alias")
+    def _update_last(self, key: str, message: ChatMessage, expected_id: str | None) -> bool:
+        return ops.update_last(self._root, self._files(key), message, expected_id)
 
-    def set_session_context(self, key: str, context: Mapping[str, str]) -> None:
-        """Replace the session's context (a string -> string map; ``{}`` clears it).
-        TypeError for a non-mapping or a non-string key/value, ValueError for text JSON
-        cannot hold. Atomic; :class:`SessionNotFoundError` for a missing session."""
-        metadata.set_field(self._root, self._files(key), "context", check_context(context))
+    def _rewrite(self, key: str, messages: list[ChatMessage]) -> None:
+        ops.rewrite(self._root, self._files(key), messages)
 
-    def set_session_principal(self, key: str, principal_id: str) -> None:
-        """Record the authenticated principal that owns the session (a non-empty string;
-        ValueError for ""). Atomic, under the guard that :meth:`delete_session_owned`
-        takes; :class:`SessionNotFoundError` for a missing session."""
-        value = check_text("principal_id", principal_id, empty=False)
-        metadata.set_field(self._root, self._files(key), "principal_id", value)
+    def _replace_state(self, key: str, messages: list[ChatMessage], breadcrumb: bool, *, if_exists: bool) -> bool:
+        return ops.replace_state(self._root, self._files(key), messages, breadcrumb, if_exists=if_exists)
 
-    def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
-        """Delete the session only when its recorded principal equals ``owner_principal_id``;
-        True when deleted. Fails closed: a missing session, no recorded owner, another
-        owner (or an empty ``owner_principal_id``) -> False and nothing deleted. The check
-        and the deletion happen under the session's guard, which every writer (including
-        :meth:`set_session_principal`) takes, so no re-stamp can slip in between. An
-        unreadable sidecar raises :class:`CorruptMetadataError` (nothing deleted)."""
-        return metadata.delete_session_owned(self._root, self._files(key), owner_principal_id)
+    def _delete_session_owned(self, key: str, owner: str) -> bool:
+        return metadata.delete_session_owned(self._root, self._files(key), owner)
 
-    # -- run state ---------------------------------------------------------------------------
-    def set_session_state(self, key: str, state: str, turn_id: str | None = None) -> None:
-        """Set the run state: ``"idle"``, ``"running"`` or ``"error"`` (anything else:
-        ValueError). ``turn_id`` names the current turn; it is cleared on ``idle``. The
-        time the state was entered (``SessionState.since``, the store's clock) changes
-        only when the state or the turn changes, so re-setting the same state and turn
-        does not make a stuck turn look fresh. Atomic; :class:`SessionNotFoundError` for
-        a missing session."""
-        metadata.set_session_state(self._root, self._files(key), state, turn_id)
-
-    def get_session_state(self, key: str) -> SessionState | None:
-        """The run state; None when the session is missing or never had one. Takes no lock."""
-        return metadata.get_session_state(self._files(key))
-
-    def list_running_sessions(self) -> list[SessionMetadata]:
-        """Every session in state ``running``, in key order. Takes no lock."""
-        return metadata.where(self._root, lambda look: look.state == "running")
-
-    def list_stuck_sessions(self, threshold_secs: float) -> list[SessionMetadata]:
-        """Every session that entered state ``running`` more than ``threshold_secs`` ago
-        (by the store's clock), in key order. Takes no lock."""
-        return metadata.list_stuck_sessions(self._root, threshold_secs)
-
-    # -- agent attribution -------------------------------------------------------------------
-    def count_agent_attribution(self, agent_alias: str) -> int:
-        """How many sessions are attributed to ``agent_alias``. Takes no lock."""
-        return metadata.count_agent_attribution(self._root, agent_alias)
-
-    def rename_agent_attribution(self, old_alias: str, new_alias: str) -> int:
-        """Re-attribute every session of ``old_alias`` to ``new_alias``; the number of
-        sessions changed (when the two are equal, nothing is written and the number of
-        sessions attributed to it is returned). Each session is changed under its own
-        guard with an atomic sidecar replace, so after a crash every session is either
-        renamed or not. Never deletes a session."""
-        old = check_text("old_alias", old_alias)
-        new = check_text("new_alias", new_alias)
-        if old == new:
-            return self.count_agent_attribution(old)
-        return metadata.reattribute(self._root, old, new)
-
-    def clear_agent_attribution(self, agent_alias: str) -> int:
-        """Remove the attribution to ``agent_alias`` from every session (its
-        ``agent_alias`` becomes None); the number of sessions changed. As
-        :meth:`rename_agent_attribution`: per-session guard, atomic, never deletes."""
-        return metadata.reattribute(self._root, check_text("agent_alias", agent_alias), None)
-
-    # -- search and maintenance --------------------------------------------------------------
-    def search(self, query: SessionQuery) -> list[SessionMetadata]:
-        """Sessions whose name or message text contains ``query.keyword``, newest activity
-        first (ties: key order), at most ``query.limit`` (None: all), only those attributed
-        to ``query.agent_alias`` when it is given.
-
-        Matching is case-insensitive by Unicode case folding (``str.casefold``: ``"STRASSE"``
-        matches ``"straße"``), without normalisation (a precomposed "é" does not match "e" +
-        combining accent). Message text is a string ``content``, and in a list ``content``
-        every string item and every object's ``"text"`` string (a single part object as
-        ``content`` counts too); roles, ids and other fields are not searched. An empty
-        keyword matches every session.
-
-        Transcripts are streamed in 1 MiB blocks (memory: a block plus the longest line),
-        newest-activity sessions first, stopping once ``limit`` sessions matched. A line
-        that is pure ASCII without JSON escapes and does not contain the keyword (ASCII
-        case-insensitively) is skipped without decoding; any other line is decoded and
-        checked exactly. Corrupt lines and a torn tail are skipped, never an error.
-        Takes no lock (a read overlapping an in-place change is retried)."""
-        return search.search(self._root, query)
-
-    def cleanup_stale(self, ttl_hours: float) -> int:
-        """Delete every session with no activity within the last ``ttl_hours`` (newest
-        modification time of transcript and sidecar, wall clock); the number deleted.
-
-        Never deletes a session in state ``running``, one whose sidecar is unreadable
-        (its state is unknown: logged), or one whose guard is held at that moment (it is
-        busy, so not stale). Each deletion happens under the session's guard after the
-        staleness and state are checked again, and is :meth:`delete_session`'s (transcript
-        first), so a crash half-way leaves the whole session or nothing that lists as one.
-        Also removes orphan sidecars (left by a delete or create that crashed half-way)
-        older than the TTL, then the lock files of sessions that no longer exist (each
-        under its guard, re-checked; see :func:`jsonl_sessions.jsonl.prune.prune_locks`); they
-        are not counted. A transcript whose ``lstat`` fails with an I/O error is never
-        taken for a missing one: the sweep raises that ``OSError`` (what it deleted before
-        stays deleted). Cost: O(sessions) stats and sidecar reads."""
+    def _cleanup_stale(self, ttl_hours: float) -> int:
         return len(maintenance.cleanup_stale(self._root, ttl_hours).deleted)
 
-    def compact(self, key: str, *, repair: bool = False) -> int:
-        """Rewrite the transcript without what is not a message: a torn tail, a leading
-        UTF-8 BOM, and exact duplicates (a line with the same id and the same bytes as an
-        earlier one; lines without an id are never duplicates). Returns the number of complete lines dropped (0, and nothing
-        written, when there was nothing to drop). Message order and bytes are kept.
+    def _compaction_report(self, key: str, repair: bool) -> CompactionReport:
+        return maintenance.compact(self._root, self._files(key), repair=repair)
 
-        Refuses, with :class:`CorruptTranscriptError` naming the first such line and the
-        file unchanged, a transcript holding a line that does not parse or a second line
-        with an earlier line's id but different bytes, unless ``repair=True``: then the
-        original bytes are first copied to ``<stem>.quarantine-<UTC time>.jsonl.bak``
-        (always fsynced, with the directory; never listed as a session, never removed by
-        the store), and the rewrite keeps every line that parses (of lines sharing an id,
-        the first). Under the guard; the rewrite is atomic (temp + rename).
-        :class:`SessionNotFoundError` for a missing session. Cost: O(transcript) time and
-        memory."""
-        report = compaction_report(self, key, repair=repair)
-        if report.quarantine is not None:
-            log.warning("compact(repair=True) of session %r: the original transcript is saved as %s", key,
-                        report.quarantine)
-        return report.dropped
+    def _search(self, needle: str, limit: int | None, alias: str | None) -> list[SessionMetadata]:
+        return search.search(self._root, needle, limit, alias)
 
+    def _meta_of(self, key: str) -> dict[str, Any] | None:
+        return metadata.meta_of(self._files(key))
+
+    def _set_field(self, key: str, name: str, value: object) -> None:
+        metadata.set_field(self._root, self._files(key), name, value)
+
+    def _set_state(self, key: str, state: str, turn: str | None) -> None:
+        metadata.set_session_state(self._root, self._files(key), state, turn)
+
+    def _where(self, keep: Keep) -> list[SessionMetadata]:
+        return metadata.where(self._root, lambda look: keep(look.meta))
+
+    def _count_where(self, keep: Keep) -> int:  # no message count read
+        return sum(1 for _files, look in metadata.looks(self._root) if keep(look.meta))
+
+    def _reattribute(self, old: str, new: str | None) -> int:
+        return metadata.reattribute(self._root, old, new)
 
 
 def compaction_report(store: SessionStore, key: str, *, repair: bool = False) -> CompactionReport:

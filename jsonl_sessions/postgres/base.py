@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from psycopg_pool import ConnectionPool
@@ -26,7 +26,7 @@ from ..ids import assign_ids, replacement_record
 from ..jsonl import sidecar
 from ..keys import validate_key
 from ..sqlite.base import DEFAULT_MAX_MESSAGE_BYTES
-from ..types import ChatMessage, Durability, MessageLike, as_message
+from ..types import ChatMessage, Durability
 from .db import Conn, Database, bigint_array, lit, quoted, text_array
 from .schema import SCHEMA_VERSION, current_version, upgrade
 
@@ -146,12 +146,7 @@ class PostgresCore(DatabaseFront):
     # -- guard ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
-        """Hold ``key``'s guard for a block: other writers of the session (threads,
-        processes, machines) wait; re-entrant in this thread. Each call inside the block
-        commits on its own when it returns (durable and visible to other connections
-        before the block ends; a call that raised is undone alone); see :mod:`.db` for the
-        design (a pinned connection's transaction holds the advisory lock, the calls run
-        on other connections). :class:`LockTimeoutError` after ``lock_timeout``."""
+        # see the class docstring and .db for the design
         validate_key(key)
         with self._db.guard(key):
             yield
@@ -255,24 +250,18 @@ class PostgresCore(DatabaseFront):
         return rows.decode_rows(self._db.read(read), key=key, path=self._path, strict=strict)
 
     def session_exists(self, key: str) -> bool:
-        """Whether the session exists. O(log sessions)."""
+        # O(log sessions)
         validate_key(key)
         return bool(self._db.read_one(f"SELECT 1 FROM {self._s}.sessions WHERE key = {lit(key)}"))
 
     def list_sessions(self) -> list[str]:
-        """Every session's key, sorted (by Python's string order). O(sessions)."""
+        # sorted by Python's string order: O(sessions)
         return sorted(k for (k,) in self._db.read_one(f"SELECT key FROM {self._s}.sessions"))
 
     # -- appending -------------------------------------------------------------------------
-    def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
-        """Append several messages in one transaction (all or none); their ids. Ids come
-        from the session's last id under the guard (never from the server's clock), so they
-        strictly increase whatever machine appends."""
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
-        if not msgs:
-            return []
-
+    def _append_many(self, key: str, msgs: list[ChatMessage]) -> list[str]:
+        # Ids come from the session's last id under the guard (never from the server's
+        # clock), so they strictly increase whatever machine appends.
         s = self._s
         first = (f"SELECT x.id, x.message_count, x.size_bytes, (SELECT m.id FROM {s}.messages m WHERE m.session = x.id "
                  f"AND m.id IS NOT NULL ORDER BY m.seq DESC LIMIT 1) FROM {s}.sessions x WHERE x.key = {lit(key)} "
@@ -311,11 +300,7 @@ class PostgresCore(DatabaseFront):
 
     # -- changing the end ------------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
-        """Remove the newest message; True when one was removed. With ``expected_id``, only
-        when the newest has that id (compare-and-remove). One ``DELETE ... RETURNING`` of
-        the newest row (and the counters in the same statement); a removed row that does
-        not parse raises :class:`CorruptTranscriptError` and the transaction is rolled back
-        (nothing changed). O(log n)."""
+        # one DELETE ... RETURNING of the newest row and the counters: O(log n)
         validate_key(key)
         if expected_id is not None and not isinstance(expected_id, str):
             return False
@@ -351,15 +336,9 @@ class PostgresCore(DatabaseFront):
         except _Mismatch:
             return False
 
-    def update_last(self, key: str, message: MessageLike, *, expected_id: str | None = None) -> bool:
-        """Replace the newest message; True when one was replaced (with ``expected_id``: only
-        when the newest has that id). The new message keeps the old id and created_at
-        unless it carries its own. One transaction: the newest row is read under the guard,
-        then one ``UPDATE ... RETURNING`` replaces it and the counters. O(log n). A newest
-        row that does not parse raises :class:`CorruptTranscriptError`, nothing changed."""
-        validate_key(key)
-        m = as_message(message)
-
+    def _update_last(self, key: str, m: ChatMessage, expected_id: str | None) -> bool:
+        # One transaction: the newest row is read under the guard, then one
+        # UPDATE ... RETURNING replaces it and the counters. O(log n).
         def write(c: Conn) -> bool:
             s = self._session(c, key, for_update=True)
             newest = None if s is None else self._newest(c, s)
@@ -384,12 +363,7 @@ class PostgresCore(DatabaseFront):
         return self._db.write([key], write)
 
     # -- replacing everything --------------------------------------------------------------
-    def rewrite_messages(self, key: str, messages: Iterable[MessageLike]) -> None:
-        """Replace every message in one transaction (creating the session if needed).
-        Refuses (:class:`CorruptTranscriptError`, nothing changed) when a current row does
-        not parse. Cost: O(old + new)."""
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
+    def _rewrite(self, key: str, msgs: list[ChatMessage]) -> None:
         recs = assign_ids(key, msgs, None, self._clock())
         lines = self._encode(key, recs)
 
@@ -404,10 +378,7 @@ class PostgresCore(DatabaseFront):
 
         self._db.write([key], write)
 
-    def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
-
+    def _replace_state(self, key: str, msgs: list[ChatMessage], breadcrumb: bool, *, if_exists: bool) -> bool:
         return self._db.write([key], lambda c: self._replace_state_in(
             c, key, self._session(c, key, for_update=True), msgs, breadcrumb, if_exists))
 
@@ -441,8 +412,6 @@ class PostgresCore(DatabaseFront):
 
     # -- clearing and deleting -------------------------------------------------------------
     def clear_messages(self, key: str) -> int:
-        """Remove every message, keeping the session and its metadata; the number removed.
-        Refuses a session holding a row that does not parse (:class:`CorruptTranscriptError`)."""
         validate_key(key)
 
         def write(c: Conn) -> int:
@@ -456,8 +425,7 @@ class PostgresCore(DatabaseFront):
         return self._db.write([key], write)
 
     def delete_session(self, key: str) -> bool:
-        """Delete the session (its messages go with it: ``ON DELETE CASCADE``) in one
-        statement under the guard; True if it existed."""
+        # its messages go with it (ON DELETE CASCADE)
         validate_key(key)
         return self._db.write([key], lambda c: c.execute(f"DELETE FROM {self._s}.sessions WHERE key = %s RETURNING 1",
                                                          (key,)).fetchone() is not None)

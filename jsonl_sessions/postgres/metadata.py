@@ -1,6 +1,6 @@
 """Session metadata and lifecycle of the PostgreSQL backend: listings, ownership,
 attribution, TTL cleanup, search and compact/repair (the setters and getters are
-:class:`jsonl_sessions.metafront.MetadataFront`'s, over this backend's primitives).
+:class:`jsonl_sessions.base.BaseStore`'s, over this backend's primitives).
 
 A metadata change reads the session row ``FOR UPDATE`` under the session's guard, changes
 the object and writes it back with the columns copied from it; an unreadable object
@@ -16,12 +16,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import records, rows
-from ..arguments import check_number, check_query, check_text
 from ..compaction import CompactionReport
 from ..errors import CorruptMetadataError, SessionNotFoundError
 from ..jsonl import sidecar
 from ..keys import validate_key
-from ..types import SessionMetadata, SessionQuery
+from ..types import SessionMetadata
 from .base import PostgresCore, SessionRow, nul_free
 from .db import Conn
 
@@ -54,23 +53,14 @@ class MetadataMethods(PostgresCore):
         return [self._describe(s, meta) for s, meta in self._db.read(self._all) if keep(meta)]
 
     def get_session_metadata(self, key: str) -> SessionMetadata | None:
-        """The session's metadata; None when it does not exist. O(log sessions).
-        :class:`CorruptMetadataError` for an unreadable meta."""
+        # O(log sessions)
         s = self._session_row(key)
         return None if s is None else self._describe(s, self._meta(s))
 
     # -- ownership ----------------------------------------------------------------------
-    def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
-        """Delete the session only when its recorded principal equals ``owner_principal_id``;
-        True when deleted. Fails closed (missing session, no owner, another owner, "" ->
-        False, nothing deleted). One ``DELETE ... WHERE principal_id = ...`` statement under
-        the guard; the deleted row's meta is checked in the same transaction (an unreadable
-        or disagreeing one rolls it back: :class:`CorruptMetadataError` / False)."""
-        owner = check_text("owner_principal_id", owner_principal_id)
-        validate_key(key)
-        if not owner:
-            return False
-
+    def _delete_session_owned(self, key: str, owner: str) -> bool:
+        # One DELETE ... WHERE principal_id = ... under the guard; the deleted row's meta is
+        # checked in the same transaction (an unreadable or disagreeing one rolls it back).
         class _Disagrees(Exception):
             pass
 
@@ -96,12 +86,10 @@ class MetadataMethods(PostgresCore):
             c, self._all(c, "WHERE agent_alias = %s", (nul_free(old),), for_update=True), old, new))
 
     # -- TTL cleanup ----------------------------------------------------------------------
-    def cleanup_stale(self, ttl_hours: float) -> int:
-        """Delete every session whose last change is older than ``ttl_hours`` (wall clock);
-        the number deleted. Never a ``running`` session, nor one whose meta is unreadable
-        (logged). One transaction; each row is locked and its time checked again after any
-        writer holding it commits. Cost: O(stale sessions + their rows)."""
-        cutoff = time.time_ns() - int(check_number("ttl_hours", ttl_hours) * 3600e9)
+    def _cleanup_stale(self, ttl_hours: float) -> int:
+        # One transaction; each row is locked and its time checked again after any writer
+        # holding it commits. O(stale sessions + their rows).
+        cutoff = time.time_ns() - int(ttl_hours * 3600e9)
 
         def write(c: Conn) -> int:
             stale = [s.id for s, meta in self._all(c, "WHERE activity_ns < %s AND state IS DISTINCT FROM 'running'",
@@ -116,16 +104,10 @@ class MetadataMethods(PostgresCore):
         return self._db.write([], write)
 
     # -- search ---------------------------------------------------------------------------
-    def search(self, query: SessionQuery) -> list[SessionMetadata]:
-        """Sessions whose name or message text contains ``query.keyword``, newest activity
-        first (ties: key order), at most ``query.limit`` (None: all), only those attributed
-        to ``query.agent_alias`` when given. Matching is the JSONL backend's exactly
-        (``str.casefold`` on both sides, the same message text): the server finds the
-        candidate rows with ``strpos`` on the ``folded`` column (case-folded by Python when
-        the row was written; not ``ILIKE``, whose case rules differ and which treats ``%``
-        and ``_`` as wildcards), and each candidate line is then checked as the JSONL
-        backend checks it. One snapshot. Cost: O(bytes of the sessions' text)."""
-        needle, limit, alias = check_query(query)
+    def _search(self, needle: str, limit: int | None, alias: str | None) -> list[SessionMetadata]:
+        # The server finds the candidate rows with strpos on the folded column (case-folded
+        # by Python when the row was written; not ILIKE, whose case rules differ and which
+        # treats % and _ as wildcards); each candidate line is then checked exactly.
         ascii_needle = needle.encode("ascii") if needle.isascii() else None
 
         def read(c: Conn) -> list[SessionMetadata]:

@@ -2,7 +2,7 @@
 
 The core (connections, guard, append/load/rewrite/replace) is in base.py and db.py; the
 history API and pages in history.py; metadata and lifecycle in metadata.py (over the
-shared :mod:`jsonl_sessions.metafront`); the health check in verify.py.
+shared :mod:`jsonl_sessions.base`); the health check in verify.py.
 """
 
 from __future__ import annotations

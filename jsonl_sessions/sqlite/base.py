@@ -12,7 +12,7 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import codec, ids, rows
@@ -24,7 +24,7 @@ from ..errors import (
 from ..ids import assign_ids, replacement_record
 from ..jsonl import sidecar
 from ..keys import validate_key
-from ..types import ChatMessage, Durability, MessageLike, as_message
+from ..types import ChatMessage, Durability
 from .db import Database
 
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -71,14 +71,7 @@ class SqliteCore(DatabaseFront):
     # -- guard ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
-        """Keep every other writer out for a block, making several calls one unit for them
-        (re-entrant: the store's methods work inside it). The lock is the file's writers'
-        lock (a ``flock`` on ``<path>-lock``): it covers the whole file, not only ``key``,
-        and writers of other threads and processes wait for the whole block. It is not a
-        transaction: each call inside is atomic, and committed (durable in fsync mode,
-        visible to other readers) when it returns, as outside a block; a crash inside the
-        block loses nothing acknowledged, and a call that raised is undone alone.
-        :class:`LockTimeoutError` after ``lock_timeout``."""
+        # the file's writers' lock: see the class docstring
         validate_key(key)
         with self._db.hold(key):
             yield
@@ -181,23 +174,18 @@ class SqliteCore(DatabaseFront):
         return rows.decode_rows(data, key=key, path=self._path, strict=strict)
 
     def session_exists(self, key: str) -> bool:
-        """Whether the session exists. O(log sessions)."""
+        # O(log sessions)
         validate_key(key)
         with self._db.read() as c:
             return c.execute("SELECT 1 FROM sessions WHERE key = ?", (key,)).fetchone() is not None
 
     def list_sessions(self) -> list[str]:
-        """Every session's key, sorted. O(sessions)."""
+        # O(sessions)
         with self._db.read() as c:
             return sorted(k for (k,) in c.execute("SELECT key FROM sessions"))
 
     # -- appending -------------------------------------------------------------------------
-    def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
-        """Append several messages in one transaction (all or none); their ids."""
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
-        if not msgs:
-            return []
+    def _append_many(self, key: str, msgs: list[ChatMessage]) -> list[str]:
         with self._db.write(key) as c:
             s = self._session(c, key)
             if s is None:
@@ -214,9 +202,7 @@ class SqliteCore(DatabaseFront):
 
     # -- changing the end ------------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
-        """Remove the newest message; True when one was removed. With ``expected_id``, only
-        when the newest has that id (compare-and-remove). A newest row that does not parse
-        raises :class:`CorruptTranscriptError`, nothing changed. O(log n)."""
+        # O(log n)
         validate_key(key)
         with self._db.write(key) as c:
             found = self._last_row(c, key)
@@ -229,13 +215,7 @@ class SqliteCore(DatabaseFront):
             self._set_counts(c, s.id, s.count - 1, s.size - len(line) - 1)
             return True
 
-    def update_last(self, key: str, message: MessageLike, *, expected_id: str | None = None) -> bool:
-        """Replace the newest message; True when one was replaced (with ``expected_id``: only
-        when the newest has that id). The new message keeps the old id and created_at
-        unless it carries its own. One transaction; O(log n). A newest row that does not
-        parse raises :class:`CorruptTranscriptError`, nothing changed."""
-        validate_key(key)
-        m = as_message(message)
+    def _update_last(self, key: str, m: ChatMessage, expected_id: str | None) -> bool:
         with self._db.write(key) as c:
             found = self._last_row(c, key)
             if found is None:
@@ -259,12 +239,7 @@ class SqliteCore(DatabaseFront):
             return True
 
     # -- replacing everything --------------------------------------------------------------
-    def rewrite_messages(self, key: str, messages: Iterable[MessageLike]) -> None:
-        """Replace every message in one transaction (creating the session if needed). Ids
-        are assigned to keep the order increasing. Refuses (:class:`CorruptTranscriptError`,
-        nothing changed) when a current row does not parse. Cost: O(old + new)."""
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
+    def _rewrite(self, key: str, msgs: list[ChatMessage]) -> None:
         with self._db.write(key) as c:
             records = self._assign(key, msgs, None)
             lines = self._encode(key, records)
@@ -276,9 +251,7 @@ class SqliteCore(DatabaseFront):
                 sid = s.id
             self._replace_rows(c, sid, lines, records)
 
-    def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
+    def _replace_state(self, key: str, msgs: list[ChatMessage], breadcrumb: bool, *, if_exists: bool) -> bool:
         with self._db.write(key) as c:
             return self._replace_state_in(c, key, self._session(c, key), msgs, breadcrumb, if_exists)
 
@@ -304,8 +277,6 @@ class SqliteCore(DatabaseFront):
 
     # -- clearing and deleting -------------------------------------------------------------
     def clear_messages(self, key: str) -> int:
-        """Remove every message, keeping the session and its metadata; the number removed.
-        Refuses a session holding a row that does not parse (:class:`CorruptTranscriptError`)."""
         validate_key(key)
         with self._db.write(key) as c:
             s = self._session(c, key)
@@ -316,7 +287,6 @@ class SqliteCore(DatabaseFront):
             return count
 
     def delete_session(self, key: str) -> bool:
-        """Delete the session (messages and metadata) in one transaction; True if it existed."""
         validate_key(key)
         with self._db.write(key) as c:
             s = self._session(c, key)
