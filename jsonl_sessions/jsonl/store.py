@@ -81,6 +81,57 @@ class SessionStore(BaseStore):
     milliseconds since the epoch (for tests of id monotonicity; default: wall clock).
     Opening a store removes temp files left by interrupted writes of sessions nobody
     holds (completing their committed records first).
+
+    The methods' contract is :class:`~jsonl_sessions.protocol.SessionBackend`'s. What this
+    backend adds to it:
+
+    - Reads take no lock and see one committed state (a read overlapping an in-place
+      change is retried). A message is a complete line: a torn tail is never one, a
+      corrupt line counts as a position and is skipped (logged) by the lenient reads; a
+      symlinked transcript is skipped by :meth:`load` and raises
+      :class:`UnsafePathError` from :meth:`try_load`. Loads and :meth:`compact` cost
+      O(transcript).
+    - Counts, windows and pages never parse more than they return: :meth:`get_message_count`
+      is O(1) with the count cache; :meth:`get_message` and cursors use a binary search
+      over byte offsets (ids increase down the file; O(log n) block reads);
+      :meth:`get_messages` counts newlines from the nearer end (O(window + the smaller of
+      offset and count - offset) bytes); :meth:`page` reads from the end, ``ts_before``
+      reading each line's time off its prefix and ``whole_turns`` looking for a call among
+      the 1024 lines before its result.
+    - :meth:`append` is one write of one line (fsynced in fsync mode), O(1) in the
+      transcript size. A torn tail left by a crash is removed first, its bytes saved to a
+      quarantine file (logged). In fsync mode, threads appending to one session at once
+      share one write and one fsync (group commit): each returns once its line is
+      fsynced, and a failed write or fsync fails every append it covered.
+    - :meth:`remove_last` and :meth:`truncate_messages` truncate at a line boundary
+      (marked in the control file so lock-free readers retry around it);
+      :meth:`update_last` and the replaces commit a roll-forward record that the next
+      guard holder completes; whole-file changes go through temp file, fsync, rename and
+      directory fsync; :meth:`get_session_trim_breadcrumb` never pairs a new transcript
+      with an old flag.
+    - :meth:`copy_messages` holds both guards (taken in lock-path order) and streams the
+      source's committed lines verbatim (a corrupt line in the range is copied as it is);
+      the sidecar is written first (a sidecar alone is not a session), then the
+      transcript. :meth:`delete_session` removes the transcript first, so a crash
+      half-way leaves no session (an orphan sidecar is removed by the next create or
+      delete).
+    - Metadata is the sidecar plus file stats: activity is the newest modification time
+      of transcript and sidecar. Listings read sidecars, stats and the count cache only,
+      O(files in root); :meth:`list_sessions` skips files the store did not make and
+      symlinks.
+    - :meth:`search` streams transcripts in 1 MiB blocks, newest activity first, stopping
+      once ``limit`` sessions matched; a pure-ASCII line without the keyword is skipped
+      without decoding.
+    - :meth:`cleanup_stale` also spares a session whose guard is held (busy), deletes each
+      session under its guard after checking it again, then removes orphan sidecars older
+      than the TTL and the lock files of sessions that no longer exist (not counted). A
+      transcript whose ``lstat`` fails with an I/O error raises that ``OSError``.
+    - :meth:`compact` also drops a leading UTF-8 BOM; ``repair=True`` first copies the
+      original bytes to ``<stem>.quarantine-<UTC time>.jsonl.bak`` (fsynced, with the
+      directory).
+    - :meth:`close` releases the descriptors kept open for the directory's sessions (lock
+      files, transcripts kept open between mutations); the store stays usable and
+      reopens what it needs.
     """
 
     def __init__(
@@ -112,130 +163,56 @@ class SessionStore(BaseStore):
         return f"{type(self).__name__}({self._root.path!r}, durability={self._durability!r})"
 
     def close(self) -> None:
-        """Release every descriptor kept open for the sessions of this store's directory:
-        their lock files and the transcripts kept open between mutations (those of
-        sessions no thread is mutating right now; the guards are shared by every store
-        of the directory in the process). Stored data is untouched; the store stays
-        usable (it reopens what it needs). Idempotent."""
         self._root.close()
 
     def _files(self, key: str) -> SessionFiles:
         return self._root.files(key)
 
     def lock(self, key: str) -> contextlib.AbstractContextManager[SessionGuard]:
-        """Hold ``key``'s mutation guard for a block, to make several calls one unit for
-        other writers (reentrant: the store's own methods work inside it)."""
         return _Held(self._root, self._files(key))
 
     # -- reading -----------------------------------------------------------------------------
     def session_exists(self, key: str) -> bool:
-        """Whether the session's transcript exists (a regular file). Takes no lock."""
         return self._files(key).transcript_exists()
 
     def list_sessions(self) -> list[str]:
-        """Every session's original key, sorted. Never parses a transcript; skips files the
-        store did not make and symlinks. Cost: O(files in root)."""
         return list_keys(self._root.path)
 
     def get_session_trim_breadcrumb(self, key: str) -> bool | None:
-        """The recorded breadcrumb flag; None when the session is missing or never set it.
-        Takes no lock, yet never pairs a new transcript with an old flag: the renames of
-        a replace happen with the control file's counter odd, and a committed but
-        unfinished replace is completed first (see :mod:`jsonl_sessions.jsonl.reads`)."""
         return ops.get_trim_breadcrumb(self._root, self._files(key))
 
     # -- appending ---------------------------------------------------------------------------
     def append(self, key: str, message: MessageLike) -> str:
-        """Append one message (creating the session if needed); return its id.
-
-        One write of one newline-terminated line; fsynced in fsync mode. A torn tail left
-        by a crash (or by a truncate) is removed first, its bytes saved to a quarantine
-        file (logged); a corrupt line is never touched. Raises
-        :class:`SerializationError` / :class:`InvalidMessageError` /
-        :class:`DuplicateMessageError` with nothing written. Cost: O(1) in the
-        transcript size. In fsync mode, threads appending to the same session at once
-        share one write and one fsync (group commit): each returns only once its line
-        is fsynced, and a failed write or fsync fails every append it covered, none of
-        which appears later."""
         if self._root.durable:
             return self.append_many(key, (message,))[0]
         return warm.append(self._root, self._files(key), as_message(message))
 
     # -- changing the end --------------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
-        """Remove the newest message; True when one was removed. With ``expected_id``,
-        only when the newest message has that id (compare-and-remove). Truncates at the
-        line boundary: O(1) in the transcript size. A corrupt last line raises
-        :class:`CorruptTranscriptError` and leaves the file byte-for-byte unchanged."""
         return ops.remove_last(self._root, self._files(key), expected_id)
 
     # -- clearing and deleting ---------------------------------------------------------------
     def clear_messages(self, key: str) -> int:
-        """Remove every message, keeping the session (and its metadata); the number
-        removed. Refuses a transcript with corrupt lines (:class:`CorruptTranscriptError`)."""
         return ops.clear(self._root, self._files(key))
 
     def delete_session(self, key: str) -> bool:
-        """Delete the session's transcript, sidecar and temp files; True if it existed.
-        The transcript goes first, so a crash half-way leaves no session (an orphan
-        sidecar is not one, and is removed by the next create or delete)."""
         return ops.delete(self._root, self._files(key))
 
     # -- message history ---------------------------------------------------------------------
     def get_message_count(self, key: str) -> int:
-        """How many messages the session holds (complete lines: a corrupt line counts, a
-        torn tail does not). Raises :class:`SessionNotFoundError` for a missing session.
-        Takes no lock; never counts a state being rewritten. Cost: that of the store's
-        line count (O(1) in the transcript size with its count cache)."""
         return history.get_message_count(self._root, self._files(key))
 
     def get_message(self, key: str, message_id: str) -> ChatMessage | None:
-        """The message with id ``message_id``; None when the session has none (or does not
-        exist, or that line is corrupt: logged). Binary search over byte offsets (ids
-        increase down the file): O(log n) block reads, one line parsed. Takes no lock."""
         return history.get_message(self._root, self._files(key), message_id)
 
     def copy_messages(self, source: str, target: str, *, up_to_message_id: str | None = None) -> str | None:
-        """Fork / share: create session ``target`` holding ``source``'s messages up to and
-        including ``up_to_message_id`` (all when None), with the same ids and timestamps;
-        record ``parent`` (= source) and ``fork_point`` (the last copied id) in the
-        target's sidecar, along with the source's trim-breadcrumb flag (it describes the
-        copied first message). Returns the fork-point id; None when nothing was copied
-        (an empty source still gets an empty target).
-
-        Raises :class:`SessionNotFoundError` (missing source), :class:`SessionExistsError`
-        (the target exists, also when it is the source), :class:`MessageNotFoundError`
-        (unknown id; nothing created), :class:`CorruptTranscriptError` (the named
-        message's line does not parse).
-
-        Both guards are held (taken in lock-path order, so two opposite forks cannot
-        deadlock). The bytes of the source's committed lines are streamed verbatim: no
-        parse, no re-encode, so a corrupt line inside the range is copied as it is (the
-        fork reads exactly like the source). Crash-atomic: the sidecar is written first
-        (a sidecar alone is not a session), then the transcript via temp file, fsync,
-        rename and directory fsync: the target appears whole or not at all.
-        Cost: O(log n) to find the id, plus the copy."""
         return history.copy_messages(self._root, self._files(source), self._files(target), up_to_message_id)
 
     def truncate_messages(self, key: str, up_to_message_id: str) -> int:
-        """Revert: keep the messages up to and including ``up_to_message_id``, remove the
-        newer ones; returns how many were removed (0: it is the newest).
-
-        Raises :class:`SessionNotFoundError` (missing session), :class:`MessageNotFoundError`
-        (unknown id) and :class:`CorruptTranscriptError` (a removed line, or the named
-        one, does not parse), each with the file unchanged. Under the guard: the line is
-        found by binary search, the removed bytes are parsed strictly, then one
-        ``ftruncate`` at the line boundary (fsynced in fsync mode), marked in the control
-        file so lock-free readers retry around it. Crash-atomic (a truncate is all or
-        nothing). A torn tail goes too. Cost: O(log n + removed part)."""
         return history.truncate_messages(self._root, self._files(key), up_to_message_id)
 
     # -- metadata ----------------------------------------------------------------------------
     def get_session_metadata(self, key: str) -> SessionMetadata | None:
-        """The session's metadata; None when it does not exist. Reads the sidecar and file
-        stats, never the messages (``message_count`` comes from the count cache: O(1)).
-        Raises :class:`CorruptMetadataError` when the sidecar is unreadable (the session
-        itself still loads). Takes no lock."""
         return metadata.get_session_metadata(self._root, self._files(key))
 
     # -- the primitives of BaseStore ---------------------------------------------------------
