@@ -39,7 +39,9 @@ class PostgresSessionStore(HistoryMethods, MetadataMethods):
       (durable on the server when it returns); ``"flush"``: ``off`` (a server crash may
       lose the last commits, never half of one).
     - Appends to different sessions never wait on each other; writers of one session
-      wait up to ``lock_timeout`` (then :class:`LockTimeoutError`).
+      wait up to ``lock_timeout`` (then :class:`LockTimeoutError`). :meth:`lock` holds the
+      guard on a pinned connection (see :mod:`jsonl_sessions.postgres.db`); each call
+      inside the block commits on its own, durable and visible before the block ends.
     - Messages are stored as the exact JSON lines the JSONL backend writes (``text``), so
       an export is byte-identical; counts are O(1), id lookups O(log n), windows and pages
       O(log n + page).
