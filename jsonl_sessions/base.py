@@ -27,7 +27,7 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .arguments import (
     check_context,
@@ -62,6 +62,41 @@ log = logging.getLogger("jsonl_sessions")
 
 #: A test of one session's metadata object (None: the object cannot be read).
 Keep = Callable[[Mapping[str, Any] | None], bool]
+
+
+_T = TypeVar("_T")
+
+
+# -- search: the ranking every backend applies ----------------------------------------------
+def search_order(found: Iterable[tuple[int, str, Mapping[str, Any] | None, _T]],
+                 alias: str | None) -> list[tuple[Mapping[str, Any] | None, _T]]:
+    """The sessions of ``found`` (``(activity ns, key, metadata object, item)``; the object
+    None when unreadable) that a search with agent alias ``alias`` (None: any) looks at,
+    in the order of its results: newest activity first, ties in key order. Each comes as
+    ``(metadata object, item)``."""
+    chosen = [f for f in found if alias is None or sidecar.text(f[2], "agent_alias") == alias]
+    chosen.sort(key=lambda f: (-f[0], f[1]))
+    return [(meta, item) for _activity, _key, meta, item in chosen]
+
+
+def search_results(ordered: Iterable[tuple[Mapping[str, Any] | None, _T]], needle: str, limit: int | None,
+                   mentions: Callable[[_T], bool],
+                   describe: Callable[[_T], SessionMetadata | None]) -> list[SessionMetadata]:
+    """The results of a search for the casefolded ``needle`` over ``ordered`` (see
+    :func:`search_order`): a session matches when the keyword is empty, its name holds
+    it, or ``mentions(item)`` (its message text holds it; asked only when the name does
+    not); each match is ``describe(item)`` (None: it vanished meanwhile, skipped). Stops
+    once ``limit`` sessions matched, so the sessions after them are never scanned."""
+    out: list[SessionMetadata] = []
+    for meta, item in ordered:
+        if limit is not None and len(out) >= limit:
+            break
+        name = sidecar.text(meta, "name")
+        if not needle or (name is not None and needle in name.casefold()) or mentions(item):
+            found = describe(item)
+            if found is not None:
+                out.append(found)
+    return out
 
 
 def _running(meta: Mapping[str, Any] | None) -> bool:
@@ -323,4 +358,4 @@ class BaseStore(SessionBackend):
         return self._reattribute(check_text("agent_alias", agent_alias), None)
 
 
-__all__ = ["BaseStore", "Keep"]
+__all__ = ["BaseStore", "Keep", "search_order", "search_results"]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import records, rows
+from ..base import search_order, search_results
 from ..compaction import CompactionReport
 from ..errors import CorruptMetadataError, SessionNotFoundError
 from ..jsonl import sidecar
@@ -111,15 +112,12 @@ class MetadataMethods(PostgresCore):
         ascii_needle = needle.encode("ascii") if needle.isascii() else None
 
         def read(c: Conn) -> list[SessionMetadata]:
-            found = [(s, meta) for s, meta in self._all(c) if alias is None or sidecar.text(meta, "agent_alias") == alias]
-            found.sort(key=lambda item: (-item[0].activity_ns, item[0].key))
-            if not needle:
-                hits = {s.id for s, _meta in found}
-            else:
-                hits = {s.id for s, meta in found if _named(meta, needle)}
-                hits |= self._text_hits(c, [s.id for s, _meta in found if s.id not in hits], needle, ascii_needle)
-            out = [self._describe(s, meta) for s, meta in found if s.id in hits]
-            return out if limit is None else out[:limit]
+            ordered = search_order(((s.activity_ns, s.key, meta, (s, meta)) for s, meta in self._all(c)), alias)
+            # one query for the text of every session whose name does not match
+            hits = set() if not needle else self._text_hits(
+                c, [s.id for meta, (s, _meta) in ordered if not _named(meta, needle)], needle, ascii_needle)
+            return search_results(ordered, needle, limit, lambda item: item[0].id in hits,
+                                  lambda item: self._describe(*item))
 
         return self._db.read(read)
 

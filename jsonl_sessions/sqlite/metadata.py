@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import records, rows
+from ..base import search_order, search_results
 from ..compaction import CompactionReport
 from ..errors import CorruptMetadataError, SessionNotFoundError
 from ..jsonl import sidecar
@@ -85,19 +86,13 @@ class MetadataMethods(SqliteCore):
         # match differently from the other backends. A pure-ASCII row that cannot hold the
         # keyword is ruled out without decoding; the scan stops once limit sessions matched.
         ascii_needle = needle.encode("ascii") if needle.isascii() else None
-        out: list[SessionMetadata] = []
         with self._db.read() as c:
-            found = [(s, meta) for s, meta in self._all(c) if alias is None or sidecar.text(meta, "agent_alias") == alias]
-            found.sort(key=lambda item: (-item[0].activity_ns, item[0].key))
-            for s, meta in found:
-                if limit is not None and len(out) >= limit:
-                    break
-                name = sidecar.text(meta, "name")
-                if (not needle or (name is not None and needle in name.casefold())
-                        or any(records.mentions(line, needle, ascii_needle)
-                               for (line,) in c.execute("SELECT line FROM messages WHERE session = ?", (s.id,)))):
-                    out.append(self._describe(s, meta))
-        return out
+            def mentions(item: tuple[SessionRow, dict[str, Any] | None]) -> bool:
+                return any(records.mentions(line, needle, ascii_needle)
+                           for (line,) in c.execute("SELECT line FROM messages WHERE session = ?", (item[0].id,)))
+
+            ordered = search_order(((s.activity_ns, s.key, meta, (s, meta)) for s, meta in self._all(c)), alias)
+            return search_results(ordered, needle, limit, mentions, lambda item: self._describe(*item))
 
     # -- compact / repair -----------------------------------------------------------------
     def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
