@@ -1,6 +1,7 @@
 """SessionStore: the crash-safe JSONL session store (the public facade).
 
-Each method checks its arguments and hands the work to the module that owns it:
+Arguments are checked by :class:`~jsonl_sessions.base.BaseStore`, whose primitives (and
+the methods here) hand the work to the module that owns it:
 :mod:`~jsonl_sessions.jsonl.messages` (load, append, change the end, replace, delete),
 :mod:`~jsonl_sessions.jsonl.history` and :mod:`~jsonl_sessions.jsonl.paging` (ids, windows, pages,
 fork, revert), :mod:`~jsonl_sessions.jsonl.metadata` and :mod:`~jsonl_sessions.jsonl.search`,

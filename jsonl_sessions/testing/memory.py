@@ -16,9 +16,12 @@ the state machine, the contract mixin), minus the files:
 - ``updated_at`` / activity is the wall-clock time of the last change (the file store
   uses file modification times); ``size_bytes`` is the length of the lines.
 
-Every rule of what a call returns and changes comes from the reference model
+Every change and every read of messages comes from the reference model
 (:class:`~jsonl_sessions.testing.reference.ReferenceStore`); this class adds what a real
-store adds on top of it: argument and key checks, id assignment, encoding, the guard.
+store adds on top of it: id assignment, encoding, the guard. Argument and key checks,
+the metadata getters and the listings by run state and attribution are
+:class:`~jsonl_sessions.base.BaseStore`'s, over a view of each session's metadata as
+sidecar fields, so the harness checks that shared code against the model too.
 
 Nothing survives the object (``persistent = False``: the harness skips its
 fresh-instance checks). No corruption, torn tails or quarantine exist here: ``compact``
