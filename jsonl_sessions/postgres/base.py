@@ -240,8 +240,6 @@ class PostgresCore(DatabaseFront):
 
     # -- reading ---------------------------------------------------------------------------
     def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
-        validate_key(key)
-
         def read(c: Conn) -> list[tuple[int, bytes]]:
             got = c.execute(f"SELECT m.seq, m.line FROM {self._s}.messages m JOIN {self._s}.sessions s "
                             "ON m.session = s.id WHERE s.key = %s ORDER BY m.seq", (key,))
@@ -383,11 +381,6 @@ class PostgresCore(DatabaseFront):
             c, key, self._session(c, key, for_update=True), msgs, breadcrumb, if_exists))
 
     def _update(self, key: str, change: Callable[[dict[str, Any]], None]) -> None:
-        """Apply ``change`` to the meta of an existing session in one transaction.
-        :class:`SessionNotFoundError` for a missing session; an unreadable meta raises
-        :class:`CorruptMetadataError` and is never overwritten."""
-        validate_key(key)
-
         def write(c: Conn) -> None:
             s = self._session(c, key, for_update=True)
             if s is None:
@@ -406,7 +399,6 @@ class PostgresCore(DatabaseFront):
         return SessionRow(key, found[0]) if found else None
 
     def _meta_of(self, key: str) -> dict[str, Any] | None:
-        """The meta of a session; None when it does not exist. CorruptMetadataError."""
         s = self._session_row(key)
         return None if s is None else self._meta(s)
 

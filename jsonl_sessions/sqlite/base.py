@@ -165,7 +165,6 @@ class SqliteCore(DatabaseFront):
 
     # -- reading ---------------------------------------------------------------------------
     def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
-        validate_key(key)
         with self._db.read() as c:
             s = self._session(c, key)
             if s is None:
@@ -256,10 +255,6 @@ class SqliteCore(DatabaseFront):
             return self._replace_state_in(c, key, self._session(c, key), msgs, breadcrumb, if_exists)
 
     def _update(self, key: str, change: Callable[[dict[str, Any]], None]) -> None:
-        """Apply ``change`` to the meta of an existing session in one transaction.
-        :class:`SessionNotFoundError` for a missing session; an unreadable meta raises
-        :class:`CorruptMetadataError` and is never overwritten."""
-        validate_key(key)
         with self._db.write(key) as c:
             s = self._session(c, key)
             if s is None:
@@ -269,8 +264,6 @@ class SqliteCore(DatabaseFront):
             self._write_meta(c, s, meta)
 
     def _meta_of(self, key: str) -> dict[str, Any] | None:
-        """The meta of a session; None when it does not exist. CorruptMetadataError."""
-        validate_key(key)
         with self._db.read() as c:
             s = self._session(c, key)
         return None if s is None else self._meta(s)
