@@ -15,9 +15,10 @@ from typing import Any
 from . import codec, rows
 from .base import BaseStore
 from .compaction import CompactionReport, plan_lines
-from .errors import CorruptTranscriptError, SessionExistsError
+from .errors import CorruptMetadataError, CorruptTranscriptError, SessionExistsError
 from .ids import assign_ids
 from .jsonl import sidecar
+from .keys import validate_key
 from .pagination import Reading
 from .types import ChatMessage, Page, SessionMetadata
 
@@ -55,6 +56,32 @@ class DatabaseFront(BaseStore):
         transaction (:class:`SessionNotFoundError` for a missing one; an unreadable object
         raises :class:`CorruptMetadataError` and is never overwritten)."""
         raise NotImplementedError
+
+    def _session_row(self, key: str) -> Any:
+        """The session's row (``key``, ``meta``, counters, activity) read in one snapshot;
+        None when it does not exist."""
+        raise NotImplementedError
+
+    def _meta_of(self, key: str) -> dict[str, Any] | None:
+        s = self._session_row(key)
+        return None if s is None else self._meta(s)
+
+    def get_session_metadata(self, key: str) -> SessionMetadata | None:
+        # O(log sessions): counts and sizes are kept in the session row
+        s = self._session_row(validate_key(key))
+        return None if s is None else self._describe(s, self._meta(s))
+
+    def _with_meta(self, found: Iterable[Any]) -> list[tuple[Any, dict[str, Any] | None]]:
+        """Session rows ``found`` in key order, each with its metadata object (None when it
+        cannot be read: logged, so one bad session never fails a listing)."""
+        out: list[tuple[Any, dict[str, Any] | None]] = []
+        for s in sorted(found, key=lambda s: s.key):
+            try:
+                out.append((s, self._meta(s)))
+            except CorruptMetadataError as exc:
+                rows.log.warning("%s", exc)
+                out.append((s, None))
+        return out
 
     def _set_field(self, key: str, name: str, value: object) -> None:
         self._update(key, lambda meta: meta.__setitem__(name, value))

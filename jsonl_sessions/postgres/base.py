@@ -392,15 +392,10 @@ class PostgresCore(DatabaseFront):
         self._db.write([key], write)
 
     def _session_row(self, key: str) -> SessionRow | None:
-        """The session's row, read in one round trip; None when it does not exist."""
-        validate_key(key)
+        # one round trip
         found = self._db.read_one(f"SELECT id, meta, message_count, size_bytes, activity_ns FROM {self._s}.sessions "
                                   f"WHERE key = {lit(key)}")
         return SessionRow(key, found[0]) if found else None
-
-    def _meta_of(self, key: str) -> dict[str, Any] | None:
-        s = self._session_row(key)
-        return None if s is None else self._meta(s)
 
     # -- clearing and deleting -------------------------------------------------------------
     def clear_messages(self, key: str) -> int:

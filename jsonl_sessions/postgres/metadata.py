@@ -18,7 +18,7 @@ from typing import Any
 from .. import records, rows
 from ..base import search_order, search_results
 from ..compaction import CompactionReport
-from ..errors import CorruptMetadataError, SessionNotFoundError
+from ..errors import SessionNotFoundError
 from ..jsonl import sidecar
 from ..keys import validate_key
 from ..types import SessionMetadata
@@ -40,23 +40,10 @@ class MetadataMethods(PostgresCore):
         logged), in key order."""
         got = c.execute(f"SELECT key, id, meta, message_count, size_bytes, activity_ns FROM {self._s}.sessions "
                         f"{where}{' FOR UPDATE' if for_update else ''}", args).fetchall()
-        found = sorted((SessionRow(r[0], r[1:]) for r in got), key=lambda s: s.key)
-        out: list[tuple[SessionRow, dict[str, Any] | None]] = []
-        for s in found:
-            try:
-                out.append((s, self._meta(s)))
-            except CorruptMetadataError as exc:
-                rows.log.warning("%s", exc)
-                out.append((s, None))
-        return out
+        return self._with_meta(SessionRow(r[0], r[1:]) for r in got)
 
     def _where(self, keep: Callable[[dict[str, Any] | None], bool]) -> list[SessionMetadata]:
         return [self._describe(s, meta) for s, meta in self._db.read(self._all) if keep(meta)]
-
-    def get_session_metadata(self, key: str) -> SessionMetadata | None:
-        # O(log sessions)
-        s = self._session_row(key)
-        return None if s is None else self._describe(s, self._meta(s))
 
     # -- ownership ----------------------------------------------------------------------
     def _delete_session_owned(self, key: str, owner: str) -> bool:

@@ -263,10 +263,9 @@ class SqliteCore(DatabaseFront):
             change(meta)
             self._write_meta(c, s, meta)
 
-    def _meta_of(self, key: str) -> dict[str, Any] | None:
+    def _session_row(self, key: str) -> SessionRow | None:
         with self._db.read() as c:
-            s = self._session(c, key)
-        return None if s is None else self._meta(s)
+            return self._session(c, key)
 
     # -- clearing and deleting -------------------------------------------------------------
     def clear_messages(self, key: str) -> int:

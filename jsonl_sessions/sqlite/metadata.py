@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from .. import records, rows
+from .. import records
 from ..base import search_order, search_results
 from ..compaction import CompactionReport
-from ..errors import CorruptMetadataError, SessionNotFoundError
+from ..errors import SessionNotFoundError
 from ..jsonl import sidecar
 from ..keys import validate_key
 from ..types import SessionMetadata
@@ -34,27 +34,13 @@ class MetadataMethods(SqliteCore):
     """Part of :class:`SqliteSessionStore` (which inherits it)."""
 
     # -- looking at sessions -------------------------------------------------------------
-    def _all(self, c: sqlite3.Connection) -> Iterator[tuple[SessionRow, dict[str, Any] | None]]:
+    def _all(self, c: sqlite3.Connection) -> list[tuple[SessionRow, dict[str, Any] | None]]:
         """Every session with its meta (None when unreadable: logged), in key order."""
-        found = [SessionRow(r[0], r[1:]) for r in c.execute(_ALL)]
-        found.sort(key=lambda s: s.key)
-        for s in found:
-            try:
-                yield s, self._meta(s)
-            except CorruptMetadataError as exc:
-                rows.log.warning("%s", exc)
-                yield s, None
+        return self._with_meta(SessionRow(r[0], r[1:]) for r in c.execute(_ALL))
 
     def _where(self, keep: Callable[[dict[str, Any] | None], bool]) -> list[SessionMetadata]:
         with self._db.read() as c:
             return [self._describe(s, meta) for s, meta in self._all(c) if keep(meta)]
-
-    def get_session_metadata(self, key: str) -> SessionMetadata | None:
-        # O(log sessions): counts and sizes are kept in the session row
-        validate_key(key)
-        with self._db.read() as c:
-            s = self._session(c, key)
-        return None if s is None else self._describe(s, self._meta(s))
 
     # -- ownership ----------------------------------------------------------------------
     def _delete_session_owned(self, key: str, owner: str) -> bool:
