@@ -10,17 +10,19 @@ provides the primitives named below.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from . import codec, rows
 from .base import BaseStore
 from .compaction import CompactionReport, plan_lines
-from .errors import CorruptMetadataError, CorruptTranscriptError, SessionExistsError
+from .errors import CorruptMetadataError, CorruptTranscriptError, SessionExistsError, SessionNotFoundError
 from .ids import assign_ids
 from .jsonl import sidecar
 from .keys import validate_key
 from .pagination import Reading
 from .types import ChatMessage, Page, SessionMetadata
+
+_T = TypeVar("_T")
 
 
 def usable_id(message_id: object) -> bool:
@@ -45,8 +47,49 @@ class DatabaseFront(BaseStore):
     _path: str
     _max_message_bytes: int
 
-    def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
+    def _write(self, key: str, fn: Callable[[Any], _T]) -> _T:
+        """``fn(connection)`` in one write transaction holding ``key``'s guard: committed
+        when it returns, rolled back when it raises (``fn`` may run again on a retry)."""
         raise NotImplementedError
+
+    def _locked(self, c: Any, key: str) -> Any:
+        """The session's row inside a write transaction, kept from other writers until it
+        ends; None when the session does not exist."""
+        raise NotImplementedError
+
+    def _quarantine(self, c: Any, key: str, data: list[tuple[int, bytes]]) -> str:
+        """Keep the rows ``data`` of ``key`` in the quarantine table (with the time and a
+        new repair number) inside the caller's transaction; where they are."""
+        raise NotImplementedError
+
+    # -- transactions of one session ----------------------------------------------------------
+    def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
+        """:meth:`compact` returning its whole report instead of a count, logging nothing:
+        the plan (rows kept, rows dropped with line number, byte offset in the export and
+        reason) and, after a repair, where the original rows are (``quarantine``: the
+        table and the repair's number). ``recovered`` is always False (the database
+        completes or undoes an interrupted transaction itself). Same errors, atomicity
+        and cost."""
+        validate_key(key)
+
+        def write(c: Any) -> CompactionReport:
+            s = self._locked(c, key)
+            if s is None:
+                raise SessionNotFoundError(key=key)
+            data = self._rows(c, s.id)
+            plan = plan_lines(line for _seq, line in data)
+            saved = None
+            if plan.problem is not None:
+                p = plan.problem
+                if not repair:
+                    raise CorruptTranscriptError(key=key, path=self._path, line=p.line, offset=p.offset,
+                                                 reason=p.reason)
+                saved = self._quarantine(c, key, data)
+            if plan.dropped:
+                self._replace_rows(c, s.id, [line[:-1] for line in plan.kept])
+            return CompactionReport(key, plan, saved, False)
+
+        return self._write(key, write)
 
     def _compaction_report(self, key: str, repair: bool) -> CompactionReport:
         return self.compaction_report(key, repair=repair)
@@ -55,7 +98,48 @@ class DatabaseFront(BaseStore):
         """Apply ``change`` to the metadata object of an existing session in one
         transaction (:class:`SessionNotFoundError` for a missing one; an unreadable object
         raises :class:`CorruptMetadataError` and is never overwritten)."""
-        raise NotImplementedError
+        def write(c: Any) -> None:
+            s = self._locked(c, key)
+            if s is None:
+                raise SessionNotFoundError(key=key)
+            meta = self._meta(s)
+            change(meta)
+            self._write_meta(c, s, meta)
+
+        self._write(key, write)
+
+    def clear_messages(self, key: str) -> int:
+        validate_key(key)
+
+        def write(c: Any) -> int:
+            s = self._locked(c, key)
+            if s is None:
+                return 0
+            count = self._check_clean(c, s)
+            self._replace_rows(c, s.id, [])
+            return count
+
+        return self._write(key, write)
+
+    def _replace_state(self, key: str, msgs: list[ChatMessage], breadcrumb: bool, *, if_exists: bool) -> bool:
+        def write(c: Any) -> bool:
+            s = self._locked(c, key)
+            if if_exists and s is None:  # the session first: never an error about the messages then
+                return False
+            records = assign_ids(key, msgs, None, self._clock())
+            lines = self._encode(key, records)
+            if s is None:
+                sid = self._create(c, key, sidecar.new_sidecar(key, self._clock(), bool(breadcrumb)))
+            else:
+                self._check_clean(c, s)
+                meta = self._meta(s)
+                meta["trim_breadcrumb"] = bool(breadcrumb)
+                self._write_meta(c, s, meta)
+                sid = s.id
+            self._replace_rows(c, sid, lines, records)
+            return True
+
+        return self._write(key, write)
 
     def _session_row(self, key: str) -> Any:
         """The session's row (``key``, ``meta``, counters, activity) read in one snapshot;
@@ -146,23 +230,6 @@ class DatabaseFront(BaseStore):
             raise rows.corrupt(s.key, self._path, (exc.line or 1) - 1, base + (exc.offset or 0),
                                exc.reason or "") from None
 
-    def _compacted(self, key: str, data: list[tuple[int, bytes]], repair: bool, quarantine: Callable[[], str],
-                   replace: Callable[[list[bytes]], None]) -> CompactionReport:
-        """The body of ``compaction_report`` over a session's rows ``data``: the plan; a
-        problem refused (:class:`CorruptTranscriptError`) unless ``repair``, then
-        ``quarantine()`` keeps every row and says where; ``replace(lines)`` rewrites the
-        session when rows are dropped."""
-        plan = plan_lines(line for _seq, line in data)
-        saved = None
-        if plan.problem is not None:
-            p = plan.problem
-            if not repair:
-                raise CorruptTranscriptError(key=key, path=self._path, line=p.line, offset=p.offset, reason=p.reason)
-            saved = quarantine()
-        if plan.dropped:
-            replace([line[:-1] for line in plan.kept])
-        return CompactionReport(key, plan, saved, False)
-
     def _meta(self, s: Any) -> dict[str, Any]:
         """The metadata object of session row ``s`` (``key``, ``meta``); CorruptMetadataError."""
         return rows.decode_meta(s.meta, s.key, self._path)
@@ -185,26 +252,6 @@ class DatabaseFront(BaseStore):
     def _replace_rows(self, c: Any, sid: int, lines: Sequence[bytes],
                       records: Sequence[dict[str, Any]] | None = None) -> None:
         raise NotImplementedError
-
-    def _replace_state_in(self, c: Any, key: str, s: Any, msgs: Sequence[ChatMessage], breadcrumb: bool,
-                          if_exists: bool) -> bool:
-        """The body of ``replace_conversation_state(_if_exists)`` inside the caller's write
-        transaction, ``s`` the session's row (None: missing). The session is checked before
-        the messages: with ``if_exists`` a missing one is False, never an error about them."""
-        if if_exists and s is None:
-            return False
-        records = assign_ids(key, msgs, None, self._clock())
-        lines = self._encode(key, records)
-        if s is None:
-            sid = self._create(c, key, sidecar.new_sidecar(key, self._clock(), bool(breadcrumb)))
-        else:
-            self._check_clean(c, s)
-            meta = self._meta(s)
-            meta["trim_breadcrumb"] = bool(breadcrumb)
-            self._write_meta(c, s, meta)
-            sid = s.id
-        self._replace_rows(c, sid, lines, records)
-        return True
 
     def _session(self, c: Any, key: str) -> Any:
         raise NotImplementedError

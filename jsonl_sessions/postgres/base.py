@@ -14,14 +14,13 @@ import contextlib
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from psycopg_pool import ConnectionPool
 
 from .. import codec, ids, records, rows
 from ..arguments import check_options
 from ..dbfront import DatabaseFront
-from ..errors import SessionNotFoundError
 from ..ids import assign_ids, replacement_record
 from ..jsonl import sidecar
 from ..keys import validate_key
@@ -31,6 +30,7 @@ from .db import Conn, Database, bigint_array, lit, quoted, text_array
 from .schema import SCHEMA_VERSION, current_version, upgrade
 
 _INT64 = 2**63
+_T = TypeVar("_T")
 
 
 class SessionRow:
@@ -152,6 +152,12 @@ class PostgresCore(DatabaseFront):
             yield
 
     # -- rows ------------------------------------------------------------------------------
+    def _write(self, key: str, fn: Callable[[Conn], _T]) -> _T:
+        return self._db.write([key], fn)
+
+    def _locked(self, c: Conn, key: str) -> SessionRow | None:
+        return self._session(c, key, for_update=True)
+
     def _session(self, c: Conn, key: str, *, for_update: bool = False) -> SessionRow | None:
         row = c.execute(f"SELECT id, meta, message_count, size_bytes, activity_ns FROM {self._s}.sessions "
                         f"WHERE key = %s{' FOR UPDATE' if for_update else ''}", (key,)).fetchone()
@@ -376,21 +382,6 @@ class PostgresCore(DatabaseFront):
 
         self._db.write([key], write)
 
-    def _replace_state(self, key: str, msgs: list[ChatMessage], breadcrumb: bool, *, if_exists: bool) -> bool:
-        return self._db.write([key], lambda c: self._replace_state_in(
-            c, key, self._session(c, key, for_update=True), msgs, breadcrumb, if_exists))
-
-    def _update(self, key: str, change: Callable[[dict[str, Any]], None]) -> None:
-        def write(c: Conn) -> None:
-            s = self._session(c, key, for_update=True)
-            if s is None:
-                raise SessionNotFoundError(key=key)
-            meta = self._meta(s)
-            change(meta)
-            self._write_meta(c, s, meta)
-
-        self._db.write([key], write)
-
     def _session_row(self, key: str) -> SessionRow | None:
         # one round trip
         found = self._db.read_one(f"SELECT id, meta, message_count, size_bytes, activity_ns FROM {self._s}.sessions "
@@ -398,19 +389,6 @@ class PostgresCore(DatabaseFront):
         return SessionRow(key, found[0]) if found else None
 
     # -- clearing and deleting -------------------------------------------------------------
-    def clear_messages(self, key: str) -> int:
-        validate_key(key)
-
-        def write(c: Conn) -> int:
-            s = self._session(c, key, for_update=True)
-            if s is None:
-                return 0
-            count = self._check_clean(c, s)
-            self._replace_rows(c, s.id, [])
-            return count
-
-        return self._db.write([key], write)
-
     def delete_session(self, key: str) -> bool:
         # its messages go with it (ON DELETE CASCADE)
         validate_key(key)

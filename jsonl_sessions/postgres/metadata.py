@@ -17,10 +17,7 @@ from typing import Any
 
 from .. import records, rows
 from ..base import search_order, search_results
-from ..compaction import CompactionReport
-from ..errors import SessionNotFoundError
 from ..jsonl import sidecar
-from ..keys import validate_key
 from ..types import SessionMetadata
 from .base import PostgresCore, SessionRow, nul_free
 from .db import Conn
@@ -124,28 +121,14 @@ class MetadataMethods(PostgresCore):
         return hits
 
     # -- compact / repair -----------------------------------------------------------------
-    def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
-        """:meth:`compact` returning its whole report (the plan, and after a repair where the
-        original rows are). Same errors, atomicity and cost."""
-        validate_key(key)
-
-        def write(c: Conn) -> CompactionReport:
-            s = self._session(c, key, for_update=True)
-            if s is None:
-                raise SessionNotFoundError(key=key)
-            data = self._rows(c, s.id)
-
-            def quarantine() -> str:  # numbered by a sequence: repairs of two sessions never share a number
-                row = c.execute("SELECT nextval(%s::regclass)", (f"{self._s}.repairs",)).fetchone()
-                assert row is not None
-                c.execute(f"INSERT INTO {self._s}.quarantine (repair, session_key, taken_at, seq, line) "
-                          "SELECT %s, %s, %s, s, l FROM unnest(%s::bigint[], %s::text[]) AS u(s, l)",
-                          (row[0], key, self._clock(), [seq for seq, _ in data], [line.decode() for _, line in data]))
-                return f"the quarantine table of {self._path} (repair {row[0]})"
-
-            return self._compacted(key, data, repair, quarantine, lambda lines: self._replace_rows(c, s.id, lines))
-
-        return self._db.write([key], write)
+    def _quarantine(self, c: Conn, key: str, data: list[tuple[int, bytes]]) -> str:
+        # numbered by a sequence: repairs of two sessions never share a number
+        row = c.execute("SELECT nextval(%s::regclass)", (f"{self._s}.repairs",)).fetchone()
+        assert row is not None
+        c.execute(f"INSERT INTO {self._s}.quarantine (repair, session_key, taken_at, seq, line) "
+                  "SELECT %s, %s, %s, s, l FROM unnest(%s::bigint[], %s::text[]) AS u(s, l)",
+                  (row[0], key, self._clock(), [seq for seq, _ in data], [line.decode() for _, line in data]))
+        return f"the quarantine table of {self._path} (repair {row[0]})"
 
 
 __all__ = ["MetadataMethods"]

@@ -13,20 +13,18 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import codec, ids, rows
 from ..arguments import check_options
 from ..dbfront import DatabaseFront
-from ..errors import (
-    SessionNotFoundError,
-)
 from ..ids import assign_ids, replacement_record
 from ..jsonl import sidecar
 from ..keys import validate_key
 from ..types import ChatMessage, Durability
 from .db import Database
 
+_T = TypeVar("_T")
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
@@ -77,6 +75,13 @@ class SqliteCore(DatabaseFront):
             yield
 
     # -- rows ------------------------------------------------------------------------------
+    def _write(self, key: str, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._db.write(key) as c:
+            return fn(c)
+
+    def _locked(self, c: sqlite3.Connection, key: str) -> SessionRow | None:
+        return self._session(c, key)  # the writers' lock keeps every row from other writers
+
     def _session(self, c: sqlite3.Connection, key: str) -> SessionRow | None:
         row = c.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone()
         return None if row is None else SessionRow(key, row)
@@ -250,34 +255,11 @@ class SqliteCore(DatabaseFront):
                 sid = s.id
             self._replace_rows(c, sid, lines, records)
 
-    def _replace_state(self, key: str, msgs: list[ChatMessage], breadcrumb: bool, *, if_exists: bool) -> bool:
-        with self._db.write(key) as c:
-            return self._replace_state_in(c, key, self._session(c, key), msgs, breadcrumb, if_exists)
-
-    def _update(self, key: str, change: Callable[[dict[str, Any]], None]) -> None:
-        with self._db.write(key) as c:
-            s = self._session(c, key)
-            if s is None:
-                raise SessionNotFoundError(key=key)
-            meta = self._meta(s)
-            change(meta)
-            self._write_meta(c, s, meta)
-
     def _session_row(self, key: str) -> SessionRow | None:
         with self._db.read() as c:
             return self._session(c, key)
 
     # -- clearing and deleting -------------------------------------------------------------
-    def clear_messages(self, key: str) -> int:
-        validate_key(key)
-        with self._db.write(key) as c:
-            s = self._session(c, key)
-            if s is None:
-                return 0
-            count = self._check_clean(c, s)
-            self._replace_rows(c, s.id, [])
-            return count
-
     def delete_session(self, key: str) -> bool:
         validate_key(key)
         with self._db.write(key) as c:

@@ -20,10 +20,7 @@ from typing import Any
 
 from .. import records
 from ..base import search_order, search_results
-from ..compaction import CompactionReport
-from ..errors import SessionNotFoundError
 from ..jsonl import sidecar
-from ..keys import validate_key
 from ..types import SessionMetadata
 from .base import SessionRow, SqliteCore
 
@@ -81,24 +78,9 @@ class MetadataMethods(SqliteCore):
             return search_results(ordered, needle, limit, mentions, lambda item: self._describe(*item))
 
     # -- compact / repair -----------------------------------------------------------------
-    def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
-        """:meth:`compact` returning its whole report instead of a count, logging nothing:
-        the plan (rows kept, rows dropped with line number, byte offset in the export and
-        reason) and, after a repair, where the original rows are (``quarantine``: the
-        table and the repair's number). ``recovered`` is always False (SQLite completes or
-        undoes an interrupted transaction itself). Same errors, atomicity and cost."""
-        validate_key(key)
-        with self._db.write(key) as c:
-            s = self._session(c, key)
-            if s is None:
-                raise SessionNotFoundError(key=key)
-            data = self._rows(c, s.id)
-
-            def quarantine() -> str:
-                taken = self._clock()
-                repair_no = c.execute("SELECT coalesce(max(repair), 0) + 1 FROM quarantine").fetchone()[0]
-                c.executemany("INSERT INTO quarantine (repair, session_key, taken_at, seq, line) VALUES (?, ?, ?, ?, ?)",
-                              [(repair_no, key, taken, seq, line) for seq, line in data])
-                return f"the quarantine table of {self._path} (repair {repair_no})"
-
-            return self._compacted(key, data, repair, quarantine, lambda lines: self._replace_rows(c, s.id, lines))
+    def _quarantine(self, c: sqlite3.Connection, key: str, data: list[tuple[int, bytes]]) -> str:
+        taken = self._clock()
+        repair_no = c.execute("SELECT coalesce(max(repair), 0) + 1 FROM quarantine").fetchone()[0]
+        c.executemany("INSERT INTO quarantine (repair, session_key, taken_at, seq, line) VALUES (?, ?, ?, ?, ?)",
+                      [(repair_no, key, taken, seq, line) for seq, line in data])
+        return f"the quarantine table of {self._path} (repair {repair_no})"

@@ -44,7 +44,7 @@ from .. import codec, ids
 from ..arguments import check_options
 from ..base import BaseStore, Keep
 from ..compaction import CompactionReport, plan_lines
-from ..errors import InvalidMessageError, LockTimeoutError
+from ..errors import LockTimeoutError
 from ..ids import assign_ids
 from ..jsonl.store import DEFAULT_MAX_MESSAGE_BYTES
 from ..keys import validate_key
@@ -132,14 +132,8 @@ class MemorySessionStore(BaseStore):
         (:func:`jsonl_sessions.ids.assign_ids`), as a JSONL store would read them back.
         :class:`SerializationError` for content JSON cannot hold,
         :class:`InvalidMessageError` for a line over ``max_message_bytes``."""
-        out = []
-        for record in assign_ids(key, messages, previous, self._clock(), frozenset(existing).__contains__):
-            line = codec.encode_record(record, key)
-            if len(line) > self._max_message_bytes:
-                raise InvalidMessageError(key=key, message_id=record["id"], reason=f"message is {len(line)} bytes, "
-                                          f"over max_message_bytes={self._max_message_bytes}")
-            out.append(_decoded(line))
-        return out
+        records = assign_ids(key, messages, previous, self._clock(), frozenset(existing).__contains__)
+        return [_decoded(line) for line in codec.encode_records(records, key, self._max_message_bytes)]
 
     # -- reading ----------------------------------------------------------------------
     def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
