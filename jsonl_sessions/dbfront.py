@@ -1,10 +1,11 @@
 """What the database backends' stores (SQLite, PostgreSQL) share beyond
-:class:`~jsonl_sessions.base.BaseStore`: the store object's ``path``, rows decoded with
-their export offsets, metadata objects read from and written to session rows (the
-metadata primitives of :class:`BaseStore` over one ``_update``), encoding with the size
-limit, and the bodies of replace, fork, re-attribution and compaction inside the
-caller's transaction. Each backend's core class inherits :class:`DatabaseFront` and
-provides the primitives named below.
+:class:`~jsonl_sessions.base.BaseStore`: the store object's ``path``; the transactions of
+one session written once over ``_write`` (a write transaction under the key's guard) and
+``_locked`` (the session's row, kept from other writers): compaction report, metadata
+update, clear, replace; rows decoded with their export offsets; metadata objects read
+from session rows; encoding with the size limit; and the bodies of fork and
+re-attribution inside the caller's transaction. Each backend's core class inherits
+:class:`DatabaseFront` and provides the primitives named below.
 """
 
 from __future__ import annotations
