@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .arguments import (
     check_context,
     check_number,
+    check_options,
     check_page_arguments,
     check_query,
     check_state,
@@ -39,6 +40,7 @@ from .arguments import (
     check_window,
 )
 from .compaction import CompactionReport
+from .ids import now_ms
 from .jsonl import sidecar
 from .keys import validate_key
 from .protocol import SessionBackend
@@ -59,6 +61,9 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 log = logging.getLogger("jsonl_sessions")
+
+#: The default bound on one encoded message (``max_message_bytes``) of every store.
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 #: A test of one session's metadata object (None: the object cannot be read).
 Keep = Callable[[Mapping[str, Any] | None], bool]
@@ -113,7 +118,19 @@ class BaseStore(SessionBackend):
     abstract primitives below plus the contract's storage methods."""
 
     _durability: Durability
+    _lock_timeout: float | None
+    _max_message_bytes: int
     _clock: Callable[[], int]
+
+    def _options(self, durability: Durability, lock_timeout: float | None, max_message_bytes: int,
+                 clock: Callable[[], int] | None) -> None:
+        """Check the options every store takes (ValueError, before anything is opened) and
+        keep them; ``clock`` None is the wall clock."""
+        check_options(durability, lock_timeout, max_message_bytes)
+        self._durability = durability
+        self._lock_timeout = lock_timeout
+        self._max_message_bytes = max_message_bytes
+        self._clock = clock or now_ms
 
     # -- primitives: reading --------------------------------------------------------------
     @abc.abstractmethod
@@ -358,4 +375,4 @@ class BaseStore(SessionBackend):
         return self._reattribute(check_text("agent_alias", agent_alias), None)
 
 
-__all__ = ["BaseStore", "Keep", "search_order", "search_results"]
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "BaseStore", "Keep", "search_order", "search_results"]

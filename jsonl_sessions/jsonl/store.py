@@ -32,10 +32,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _platform
-from ..arguments import check_options
-from ..base import BaseStore, Keep
+from ..base import DEFAULT_MAX_MESSAGE_BYTES, BaseStore, Keep
 from ..compaction import CompactionReport
-from ..ids import now_ms
 from ..types import (
     ChatMessage,
     Durability,
@@ -51,8 +49,6 @@ from . import messages as ops
 from .guard import REGISTRY, SessionGuard
 from .layout import SessionFiles, list_keys
 from .txn import Root, acquire
-
-DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 class _Held:
@@ -144,11 +140,9 @@ class SessionStore(BaseStore):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        check_options(durability, lock_timeout, max_message_bytes)
+        self._options(durability, lock_timeout, max_message_bytes, clock)
         path = os.path.abspath(os.fspath(root))
-        self._durability: Durability = durability
-        self._root = Root(path, durability == "fsync", lock_timeout, clock or now_ms, max_message_bytes)
-        self._clock = self._root.clock
+        self._root = Root(path, durability == "fsync", lock_timeout, self._clock, max_message_bytes)
         REGISTRY.fit(_platform.fd_limit())  # what the process keeps open stays within its limit
         if not _platform.is_dir(path):
             _platform.makedirs(path)

@@ -18,13 +18,12 @@ from typing import Any, TypeVar
 
 from psycopg_pool import ConnectionPool
 
-from .. import codec, ids, records, rows
-from ..arguments import check_options
+from .. import codec, records, rows
+from ..base import DEFAULT_MAX_MESSAGE_BYTES
 from ..dbfront import DatabaseFront
 from ..ids import assign_ids, replacement_record
 from ..jsonl import sidecar
 from ..keys import validate_key
-from ..sqlite.base import DEFAULT_MAX_MESSAGE_BYTES
 from ..types import ChatMessage, Durability
 from .db import Conn, Database, bigint_array, lit, quoted, text_array
 from .schema import SCHEMA_VERSION, current_version, upgrade
@@ -109,17 +108,13 @@ class PostgresCore(DatabaseFront):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        check_options(durability, lock_timeout, max_message_bytes)
+        self._options(durability, lock_timeout, max_message_bytes, clock)
         if not isinstance(schema, str) or not schema or "\x00" in schema or len(schema.encode()) > 63:
             raise ValueError(f"schema must be a PostgreSQL name (1 to 63 bytes, no NUL), not {schema!r}")
         if pool_size < 2:
             raise ValueError("pool_size must be >= 2 (a lock() block uses two connections)")
         self._schema = schema
         self._s = quoted(schema)
-        self._durability: Durability = durability
-        self._lock_timeout = lock_timeout
-        self._max_message_bytes = max_message_bytes
-        self._clock = clock or ids.now_ms
         self._db = Database(dsn, pool, schema=schema, durability=durability, lock_timeout=lock_timeout,
                             statement_timeout=statement_timeout, connect_timeout=connect_timeout,
                             pool_size=pool_size, prepare_threshold=prepare_threshold,

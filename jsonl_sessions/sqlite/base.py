@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .. import codec, ids, rows
-from ..arguments import check_options
+from .. import codec, rows
+from ..base import DEFAULT_MAX_MESSAGE_BYTES
 from ..dbfront import DatabaseFront
 from ..ids import assign_ids, replacement_record
 from ..jsonl import sidecar
@@ -25,7 +25,6 @@ from ..types import ChatMessage, Durability
 from .db import Database
 
 _T = TypeVar("_T")
-DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 class SessionRow:
@@ -55,12 +54,8 @@ class SqliteCore(DatabaseFront):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        check_options(durability, lock_timeout, max_message_bytes)
+        self._options(durability, lock_timeout, max_message_bytes, clock)
         self._path = os.path.abspath(os.fspath(path))
-        self._durability: Durability = durability
-        self._lock_timeout = lock_timeout
-        self._max_message_bytes = max_message_bytes
-        self._clock = clock or ids.now_ms
         parent = os.path.dirname(self._path)
         if not os.path.isdir(parent):
             os.makedirs(parent, mode=0o700, exist_ok=True)

@@ -40,13 +40,11 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .. import codec, ids
-from ..arguments import check_options
-from ..base import BaseStore, Keep
+from .. import codec
+from ..base import DEFAULT_MAX_MESSAGE_BYTES, BaseStore, Keep
 from ..compaction import CompactionReport, plan_lines
 from ..errors import LockTimeoutError
 from ..ids import assign_ids
-from ..jsonl.store import DEFAULT_MAX_MESSAGE_BYTES
 from ..keys import validate_key
 from ..protocol import SessionBackend
 from ..types import (
@@ -78,12 +76,8 @@ class MemorySessionStore(BaseStore):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        check_options(durability, lock_timeout, max_message_bytes)
+        self._options(durability, lock_timeout, max_message_bytes, clock)
         self._root = None if root is None else os.fspath(root)
-        self._durability: Durability = durability
-        self._lock_timeout = lock_timeout
-        self._max_message_bytes = max_message_bytes
-        self._clock = clock or ids.now_ms
         self._ref = ReferenceStore()
         self._model = threading.RLock()  # held around every use of self._ref
         self._locks: dict[str, threading.RLock] = {}
