@@ -11,10 +11,11 @@ re-attribution inside the caller's transaction. Each backend's core class inheri
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import codec, rows
-from .base import BaseStore
+from .base import BaseStore, Keep
 from .compaction import CompactionReport, plan_lines
 from .errors import CorruptMetadataError, CorruptTranscriptError, SessionExistsError, SessionNotFoundError
 from .ids import assign_ids
@@ -38,6 +39,17 @@ def usable_id(message_id: object) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class SessionSnapshot:
+    """A whole session as stored: its lines (exact bytes, no newlines, oldest first), its
+    metadata object and its last activity (ns since the epoch). What a migration copies."""
+
+    key: str
+    lines: list[bytes]
+    meta: dict[str, Any]
+    activity_ns: int
+
+
 class DatabaseFront(BaseStore):
     """Shared methods of the database backends' stores. A backend provides ``_db`` (with
     ``close()``), ``_path`` (what errors name), ``_durability``, ``_max_message_bytes``,
@@ -47,6 +59,10 @@ class DatabaseFront(BaseStore):
     _db: Any
     _path: str
     _max_message_bytes: int
+
+    def _read(self, fn: Callable[[Any], _T]) -> _T:
+        """``fn(connection)`` in one read transaction (one snapshot)."""
+        raise NotImplementedError
 
     def _write(self, key: str, fn: Callable[[Any], _T]) -> _T:
         """``fn(connection)`` in one write transaction holding ``key``'s guard: committed
@@ -61,6 +77,62 @@ class DatabaseFront(BaseStore):
     def _quarantine(self, c: Any, key: str, data: list[tuple[int, bytes]]) -> str:
         """Keep the rows ``data`` of ``key`` in the quarantine table (with the time and a
         new repair number) inside the caller's transaction; where they are."""
+        raise NotImplementedError
+
+    def _all(self, c: Any) -> list[tuple[Any, dict[str, Any] | None]]:
+        """Every session's row with its metadata object, in key order (see :meth:`_with_meta`)."""
+        raise NotImplementedError
+
+    def _set_counts(self, c: Any, sid: int, count: int, size: int, activity_ns: int | None = None) -> None:
+        """Set the session's message count, size and activity (None: now)."""
+        raise NotImplementedError
+
+    def _where(self, keep: Keep) -> list[SessionMetadata]:
+        return [self._describe(s, meta) for s, meta in self._read(self._all) if keep(meta)]
+
+    def _existing(self, c: Any, key: str) -> Any:
+        """The session's row; :class:`SessionNotFoundError` when it does not exist."""
+        s = self._session(c, key)
+        if s is None:
+            raise SessionNotFoundError(key=key)
+        return s
+
+    # -- moving whole sessions ----------------------------------------------------------------
+    def export_session(self, key: str) -> SessionSnapshot | None:
+        """The session as stored (one snapshot); None when it does not exist.
+        :class:`CorruptMetadataError` when its meta does not parse (a copy would lose it).
+        Cost: O(rows)."""
+        validate_key(key)
+
+        def read(c: Any) -> SessionSnapshot | None:
+            s = self._session(c, key)
+            if s is None:
+                return None
+            return SessionSnapshot(key, [line for _seq, line in self._rows(c, s.id)], self._meta(s), s.activity_ns)
+
+        return self._read(read)
+
+    def import_session(self, snapshot: SessionSnapshot) -> None:
+        """Create ``snapshot.key`` holding exactly the snapshot's lines (verbatim: a line
+        that does not parse stays as it is), metadata and activity time, in one
+        transaction under its guard. :class:`SessionExistsError` (nothing written) when it
+        exists."""
+        key = validate_key(snapshot.key)
+        meta = {**snapshot.meta, "key": key}
+
+        def write(c: Any) -> None:
+            if self._locked(c, key) is not None:
+                raise SessionExistsError(key=key)
+            sid = self._create(c, key, meta)
+            self._insert(c, sid, 0, snapshot.lines)
+            self._set_counts(c, sid, len(snapshot.lines), rows.sizes(snapshot.lines), snapshot.activity_ns)
+
+        self._write(key, write)
+
+    def _insert(self, c: Any, sid: int, first_seq: int, lines: Sequence[bytes],
+                records: Sequence[dict[str, Any]] | None = None) -> None:
+        """Insert ``lines`` at positions ``first_seq...``, their index columns taken from
+        ``records`` (the records they encode) or, without them, decoded from the lines."""
         raise NotImplementedError
 
     # -- transactions of one session ----------------------------------------------------------
@@ -298,4 +370,4 @@ class DatabaseFront(BaseStore):
         return changed
 
 
-__all__ = ["DatabaseFront", "usable_id"]
+__all__ = ["DatabaseFront", "SessionSnapshot", "usable_id"]

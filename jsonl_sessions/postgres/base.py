@@ -147,6 +147,9 @@ class PostgresCore(DatabaseFront):
             yield
 
     # -- rows ------------------------------------------------------------------------------
+    def _read(self, fn: Callable[[Conn], _T]) -> _T:
+        return self._db.read(fn)
+
     def _write(self, key: str, fn: Callable[[Conn], _T]) -> _T:
         return self._db.write([key], fn)
 
@@ -186,8 +189,7 @@ class PostgresCore(DatabaseFront):
 
     def _insert(self, c: Conn, sid: int, first_seq: int, lines: Sequence[bytes],
                 recs: Sequence[Mapping[str, Any]] | None = None) -> None:
-        """Insert ``lines`` at positions ``first_seq...`` in one statement, with their index
-        columns taken from ``recs`` (the records they encode) or decoded from the lines."""
+        # in one statement
         if not lines:
             return
         cols = [columns(line, None if recs is None else recs[i]) for i, line in enumerate(lines)]
@@ -209,9 +211,9 @@ class PostgresCore(DatabaseFront):
         return (rows.encode_meta(meta).decode(), nul_free(sidecar.text(meta, "agent_alias")),
                 nul_free(sidecar.text(meta, "principal_id")), nul_free(sidecar.state(meta)))
 
-    def _set_counts(self, c: Conn, sid: int, count: int, size: int) -> None:
+    def _set_counts(self, c: Conn, sid: int, count: int, size: int, activity_ns: int | None = None) -> None:
         c.execute(f"UPDATE {self._s}.sessions SET message_count = %s, size_bytes = %s, activity_ns = %s WHERE id = %s",
-                  (count, size, time.time_ns(), sid))
+                  (count, size, time.time_ns() if activity_ns is None else activity_ns, sid))
 
     def _replace_rows(self, c: Conn, sid: int, lines: Sequence[bytes],
                       recs: Sequence[Mapping[str, Any]] | None = None) -> None:

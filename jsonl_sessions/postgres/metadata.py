@@ -12,7 +12,7 @@ writers by row locks (waiting at most ``lock_timeout``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .. import records, rows
@@ -38,9 +38,6 @@ class MetadataMethods(PostgresCore):
         got = c.execute(f"SELECT key, id, meta, message_count, size_bytes, activity_ns FROM {self._s}.sessions "
                         f"{where}{' FOR UPDATE' if for_update else ''}", args).fetchall()
         return self._with_meta(SessionRow(r[0], r[1:]) for r in got)
-
-    def _where(self, keep: Callable[[dict[str, Any] | None], bool]) -> list[SessionMetadata]:
-        return [self._describe(s, meta) for s, meta in self._db.read(self._all) if keep(meta)]
 
     # -- ownership ----------------------------------------------------------------------
     def _delete_session_owned(self, key: str, owner: str) -> bool:

@@ -10,12 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from .. import rows
 from ..aio import AsyncSessionStore
-from ..errors import SessionExistsError
-from ..keys import validate_key
-from ..sqlite.store import SessionSnapshot
-from .db import Conn
 from .history import HistoryMethods
 from .metadata import MetadataMethods
 from .verify import VerifyReport, verify
@@ -54,36 +49,6 @@ class PostgresSessionStore(HistoryMethods, MetadataMethods):
         """A read-only health check of the store's invariants (see
         :mod:`jsonl_sessions.postgres.verify`). One snapshot. Cost: O(total bytes)."""
         return self._db.read(lambda c: verify(c, self._s, self._path))
-
-    def export_session(self, key: str) -> SessionSnapshot | None:
-        """The session as stored (one snapshot); None when it does not exist.
-        :class:`CorruptMetadataError` when its meta does not parse. Cost: O(rows)."""
-        validate_key(key)
-
-        def read(c: Conn) -> SessionSnapshot | None:
-            s = self._session(c, key)
-            if s is None:
-                return None
-            return SessionSnapshot(key, [line for _seq, line in self._rows(c, s.id)], self._meta(s), s.activity_ns)
-
-        return self._db.read(read)
-
-    def import_session(self, snapshot: SessionSnapshot) -> None:
-        """Create ``snapshot.key`` holding exactly the snapshot's lines (verbatim), metadata
-        and activity time, in one transaction under its guard. :class:`SessionExistsError`
-        (nothing written) when it exists."""
-        key = validate_key(snapshot.key)
-        meta: dict[str, Any] = {**snapshot.meta, "key": key}
-
-        def write(c: Conn) -> None:
-            if self._session(c, key, for_update=True) is not None:
-                raise SessionExistsError(key=key)
-            sid = self._create(c, key, meta)
-            self._insert(c, sid, 0, snapshot.lines)
-            c.execute(f"UPDATE {self._s}.sessions SET message_count = %s, size_bytes = %s, activity_ns = %s "
-                      "WHERE id = %s", (len(snapshot.lines), rows.sizes(snapshot.lines), snapshot.activity_ns, sid))
-
-        self._db.write([key], write)
 
 
 class AsyncPostgresSessionStore(AsyncSessionStore):

@@ -70,6 +70,10 @@ class SqliteCore(DatabaseFront):
             yield
 
     # -- rows ------------------------------------------------------------------------------
+    def _read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._db.read() as c:
+            return fn(c)
+
     def _write(self, key: str, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         with self._db.write(key) as c:
             return fn(c)
@@ -106,8 +110,6 @@ class SqliteCore(DatabaseFront):
 
     def _insert(self, c: sqlite3.Connection, sid: int, first_seq: int, lines: Sequence[bytes],
                 records: Sequence[dict[str, Any]] | None = None) -> None:
-        """Insert ``lines`` at positions ``first_seq...``, with their index columns taken from
-        ``records`` (the records they encode) or, without them, decoded from the lines."""
         if records is None:
             index = [rows.index_of(line) for line in lines]
         else:
@@ -121,9 +123,9 @@ class SqliteCore(DatabaseFront):
                         (key, rows.encode_meta(meta), time.time_ns()))
         return int(cur.lastrowid or 0)
 
-    def _set_counts(self, c: sqlite3.Connection, sid: int, count: int, size: int) -> None:
+    def _set_counts(self, c: sqlite3.Connection, sid: int, count: int, size: int, activity_ns: int | None = None) -> None:
         c.execute("UPDATE sessions SET message_count = ?, size_bytes = ?, activity_ns = ? WHERE id = ?",
-                  (count, size, time.time_ns(), sid))
+                  (count, size, time.time_ns() if activity_ns is None else activity_ns, sid))
 
     def _replace_rows(self, c: sqlite3.Connection, sid: int, lines: Sequence[bytes],
                       records: Sequence[dict[str, Any]] | None = None) -> None:

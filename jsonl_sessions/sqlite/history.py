@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from .. import rows
 from ..dbfront import usable_id
-from ..errors import MessageNotFoundError, SessionNotFoundError
+from ..errors import MessageNotFoundError
 from ..keys import validate_key
 from ..pagination import TURN_SEARCH_LINES, Item, Lines, Reading, page_back, page_forward
 from ..records import calls, decode_or_none
@@ -75,18 +75,12 @@ class HistoryMethods(SqliteCore):
             raise rows.corrupt(s.key, self._path, seq, self._offset_of(c, s.id, seq), str(exc)) from None
         return seq
 
-    def _existing(self, c: sqlite3.Connection, key: str) -> SessionRow:
-        s = self._session(c, key)
-        if s is None:
-            raise SessionNotFoundError(key=key)
-        return s
-
     # -- counting and lookup ---------------------------------------------------------------
     def get_message_count(self, key: str) -> int:
         # O(1): kept in the session row by every writer
         validate_key(key)
         with self._db.read() as c:
-            return self._existing(c, key).count
+            return int(self._existing(c, key).count)
 
     def get_message(self, key: str, message_id: str) -> ChatMessage | None:
         # O(log n) through the id index

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
 from typing import Any
 
 from .. import records
@@ -34,10 +33,6 @@ class MetadataMethods(SqliteCore):
     def _all(self, c: sqlite3.Connection) -> list[tuple[SessionRow, dict[str, Any] | None]]:
         """Every session with its meta (None when unreadable: logged), in key order."""
         return self._with_meta(SessionRow(r[0], r[1:]) for r in c.execute(_ALL))
-
-    def _where(self, keep: Callable[[dict[str, Any] | None], bool]) -> list[SessionMetadata]:
-        with self._db.read() as c:
-            return [self._describe(s, meta) for s, meta in self._all(c) if keep(meta)]
 
     # -- ownership ----------------------------------------------------------------------
     def _delete_session_owned(self, key: str, owner: str) -> bool:
