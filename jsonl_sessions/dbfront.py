@@ -2,9 +2,10 @@
 :class:`~jsonl_sessions.base.BaseStore`: the store object's ``path``; the transactions of
 one session written once over ``_write`` (a write transaction under the key's guard) and
 ``_locked`` (the session's row, kept from other writers): compaction report, metadata
-update, clear, replace; rows decoded with their export offsets; metadata objects read
-from session rows; encoding with the size limit; and the bodies of fork and
-re-attribution inside the caller's transaction. Each backend's core class inherits
+update, clear, replace, import; over ``_read`` (one snapshot): export, the metadata
+listing; rows decoded with their export offsets; metadata objects read from session rows;
+encoding with the size limit; and the bodies of fork and re-attribution inside the
+caller's transaction. Each backend's core class inherits
 :class:`DatabaseFront` and provides the primitives named below.
 """
 
