@@ -59,6 +59,7 @@ def _wrapper(name: str, method: Callable[..., Any]) -> Callable[..., Awaitable[A
         return await asyncio.to_thread(getattr(self._store, name), *args, **kwargs)
 
     call.__qualname__ = f"AsyncSessionStore.{name}"
+    call.__doc__ = inspect.getdoc(method)  # the contract, which the store's method inherits
     return call
 
 

@@ -1,28 +1,31 @@
-"""The parts of the database backends' stores (SQLite, PostgreSQL) that do not touch the
-database: the store object's lifecycle, the reading and writing entry points that only
-delegate, metadata decoding, encoding with the size limit, ``compact`` over
-``compaction_report``, and the listing of metadata. Each backend's core class inherits
+"""What the database backends' stores (SQLite, PostgreSQL) share beyond
+:class:`~jsonl_sessions.base.BaseStore`: the store object's ``path``; the transactions of
+one session written once over ``_write`` (a write transaction under the key's guard) and
+``_locked`` (the session's row, kept from other writers): compaction report, metadata
+update, clear, replace, import; over ``_read`` (one snapshot): export, the metadata
+listing; rows decoded with their export offsets; metadata objects read from session rows;
+encoding with the size limit; and the bodies of fork and re-attribution inside the
+caller's transaction. Each backend's core class inherits
 :class:`DatabaseFront` and provides the primitives named below.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from . import codec, rows
-from .arguments import check_page_arguments
+from .base import BaseStore, Keep
 from .compaction import CompactionReport, plan_lines
-from .errors import CorruptTranscriptError, SessionExistsError
+from .errors import CorruptMetadataError, CorruptTranscriptError, SessionExistsError, SessionNotFoundError
 from .ids import assign_ids
 from .jsonl import sidecar
 from .keys import validate_key
-from .metafront import MetadataFront
 from .pagination import Reading
-from .types import ChatMessage, Durability, MessageLike, Page, SessionMetadata, TimestampedMessage, datetime_of_ms
+from .types import ChatMessage, Page, SessionMetadata
 
-if TYPE_CHECKING:
-    from typing_extensions import Self
+_T = TypeVar("_T")
 
 
 def usable_id(message_id: object) -> bool:
@@ -37,29 +40,212 @@ def usable_id(message_id: object) -> bool:
     return True
 
 
-class DatabaseFront(MetadataFront):
+@dataclass(frozen=True)
+class SessionSnapshot:
+    """A whole session as stored: its lines (exact bytes, no newlines, oldest first), its
+    metadata object and its last activity (ns since the epoch). What a migration copies."""
+
+    key: str
+    lines: list[bytes]
+    meta: dict[str, Any]
+    activity_ns: int
+
+
+class DatabaseFront(BaseStore):
     """Shared methods of the database backends' stores. A backend provides ``_db`` (with
     ``close()``), ``_path`` (what errors name), ``_durability``, ``_max_message_bytes``,
-    ``_clock``, and the methods ``_load``, ``append_many``, ``_replace_state``,
-    ``compaction_report`` and ``_where``."""
+    ``_clock``, the primitives of :class:`BaseStore` not defined here, ``_update`` and
+    ``compaction_report``."""
 
     _db: Any
     _path: str
-    _durability: Durability
     _max_message_bytes: int
-    _clock: Callable[[], int]
 
-    def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
+    def _read(self, fn: Callable[[Any], _T]) -> _T:
+        """``fn(connection)`` in one read transaction (one snapshot)."""
         raise NotImplementedError
 
-    def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
+    def _write(self, key: str, fn: Callable[[Any], _T]) -> _T:
+        """``fn(connection)`` in one write transaction holding ``key``'s guard: committed
+        when it returns, rolled back when it raises (``fn`` may run again on a retry)."""
         raise NotImplementedError
 
-    def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
+    def _locked(self, c: Any, key: str) -> Any:
+        """The session's row inside a write transaction, kept from other writers until it
+        ends; None when the session does not exist."""
         raise NotImplementedError
 
+    def _quarantine(self, c: Any, key: str, data: list[tuple[int, bytes]]) -> str:
+        """Keep the rows ``data`` of ``key`` in the quarantine table (with the time and a
+        new repair number) inside the caller's transaction; where they are."""
+        raise NotImplementedError
+
+    def _all(self, c: Any) -> list[tuple[Any, dict[str, Any] | None]]:
+        """Every session's row with its metadata object, in key order (see :meth:`_with_meta`)."""
+        raise NotImplementedError
+
+    def _set_counts(self, c: Any, sid: int, count: int, size: int, activity_ns: int | None = None) -> None:
+        """Set the session's message count, size and activity (None: now)."""
+        raise NotImplementedError
+
+    def _where(self, keep: Keep) -> list[SessionMetadata]:
+        return [self._describe(s, meta) for s, meta in self._read(self._all) if keep(meta)]
+
+    def _existing(self, c: Any, key: str) -> Any:
+        """The session's row; :class:`SessionNotFoundError` when it does not exist."""
+        s = self._session(c, key)
+        if s is None:
+            raise SessionNotFoundError(key=key)
+        return s
+
+    # -- moving whole sessions ----------------------------------------------------------------
+    def export_session(self, key: str) -> SessionSnapshot | None:
+        """The session as stored (one snapshot); None when it does not exist.
+        :class:`CorruptMetadataError` when its meta does not parse (a copy would lose it).
+        Cost: O(rows)."""
+        validate_key(key)
+
+        def read(c: Any) -> SessionSnapshot | None:
+            s = self._session(c, key)
+            if s is None:
+                return None
+            return SessionSnapshot(key, [line for _seq, line in self._rows(c, s.id)], self._meta(s), s.activity_ns)
+
+        return self._read(read)
+
+    def import_session(self, snapshot: SessionSnapshot) -> None:
+        """Create ``snapshot.key`` holding exactly the snapshot's lines (verbatim: a line
+        that does not parse stays as it is), metadata and activity time, in one
+        transaction under its guard. :class:`SessionExistsError` (nothing written) when it
+        exists."""
+        key = validate_key(snapshot.key)
+        meta = {**snapshot.meta, "key": key}
+
+        def write(c: Any) -> None:
+            if self._locked(c, key) is not None:
+                raise SessionExistsError(key=key)
+            sid = self._create(c, key, meta)
+            self._insert(c, sid, 0, snapshot.lines)
+            self._set_counts(c, sid, len(snapshot.lines), rows.sizes(snapshot.lines), snapshot.activity_ns)
+
+        self._write(key, write)
+
+    def _insert(self, c: Any, sid: int, first_seq: int, lines: Sequence[bytes],
+                records: Sequence[dict[str, Any]] | None = None) -> None:
+        """Insert ``lines`` at positions ``first_seq...``, their index columns taken from
+        ``records`` (the records they encode) or, without them, decoded from the lines."""
+        raise NotImplementedError
+
+    # -- transactions of one session ----------------------------------------------------------
     def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
+        """:meth:`compact` returning its whole report instead of a count, logging nothing:
+        the plan (rows kept, rows dropped with line number, byte offset in the export and
+        reason) and, after a repair, where the original rows are (``quarantine``: the
+        table and the repair's number). ``recovered`` is always False (the database
+        completes or undoes an interrupted transaction itself). Same errors, atomicity
+        and cost."""
+        validate_key(key)
+
+        def write(c: Any) -> CompactionReport:
+            s = self._locked(c, key)
+            if s is None:
+                raise SessionNotFoundError(key=key)
+            data = self._rows(c, s.id)
+            plan = plan_lines(line for _seq, line in data)
+            saved = None
+            if plan.problem is not None:
+                p = plan.problem
+                if not repair:
+                    raise CorruptTranscriptError(key=key, path=self._path, line=p.line, offset=p.offset,
+                                                 reason=p.reason)
+                saved = self._quarantine(c, key, data)
+            if plan.dropped:
+                self._replace_rows(c, s.id, [line[:-1] for line in plan.kept])
+            return CompactionReport(key, plan, saved, False)
+
+        return self._write(key, write)
+
+    def _compaction_report(self, key: str, repair: bool) -> CompactionReport:
+        return self.compaction_report(key, repair=repair)
+
+    def _update(self, key: str, change: Callable[[dict[str, Any]], None]) -> None:
+        """Apply ``change`` to the metadata object of an existing session in one
+        transaction (:class:`SessionNotFoundError` for a missing one; an unreadable object
+        raises :class:`CorruptMetadataError` and is never overwritten)."""
+        def write(c: Any) -> None:
+            s = self._locked(c, key)
+            if s is None:
+                raise SessionNotFoundError(key=key)
+            meta = self._meta(s)
+            change(meta)
+            self._write_meta(c, s, meta)
+
+        self._write(key, write)
+
+    def clear_messages(self, key: str) -> int:
+        validate_key(key)
+
+        def write(c: Any) -> int:
+            s = self._locked(c, key)
+            if s is None:
+                return 0
+            count = self._check_clean(c, s)
+            self._replace_rows(c, s.id, [])
+            return count
+
+        return self._write(key, write)
+
+    def _replace_state(self, key: str, msgs: list[ChatMessage], breadcrumb: bool, *, if_exists: bool) -> bool:
+        def write(c: Any) -> bool:
+            s = self._locked(c, key)
+            if if_exists and s is None:  # the session first: never an error about the messages then
+                return False
+            records = assign_ids(key, msgs, None, self._clock())
+            lines = self._encode(key, records)
+            if s is None:
+                sid = self._create(c, key, sidecar.new_sidecar(key, self._clock(), bool(breadcrumb)))
+            else:
+                self._check_clean(c, s)
+                meta = self._meta(s)
+                meta["trim_breadcrumb"] = bool(breadcrumb)
+                self._write_meta(c, s, meta)
+                sid = s.id
+            self._replace_rows(c, sid, lines, records)
+            return True
+
+        return self._write(key, write)
+
+    def _session_row(self, key: str) -> Any:
+        """The session's row (``key``, ``meta``, counters, activity) read in one snapshot;
+        None when it does not exist."""
         raise NotImplementedError
+
+    def _meta_of(self, key: str) -> dict[str, Any] | None:
+        s = self._session_row(key)
+        return None if s is None else self._meta(s)
+
+    def get_session_metadata(self, key: str) -> SessionMetadata | None:
+        # O(log sessions): counts and sizes are kept in the session row
+        s = self._session_row(validate_key(key))
+        return None if s is None else self._describe(s, self._meta(s))
+
+    def _with_meta(self, found: Iterable[Any]) -> list[tuple[Any, dict[str, Any] | None]]:
+        """Session rows ``found`` in key order, each with its metadata object (None when it
+        cannot be read: logged, so one bad session never fails a listing)."""
+        out: list[tuple[Any, dict[str, Any] | None]] = []
+        for s in sorted(found, key=lambda s: s.key):
+            try:
+                out.append((s, self._meta(s)))
+            except CorruptMetadataError as exc:
+                rows.log.warning("%s", exc)
+                out.append((s, None))
+        return out
+
+    def _set_field(self, key: str, name: str, value: object) -> None:
+        self._update(key, lambda meta: meta.__setitem__(name, value))
+
+    def _set_state(self, key: str, state: str, turn: str | None) -> None:
+        self._update(key, lambda meta: sidecar.set_state(meta, state, turn, self._clock()))
 
     # -- the store object -------------------------------------------------------------------
     @property
@@ -73,62 +259,17 @@ class DatabaseFront(MetadataFront):
         """The same as :attr:`path` (the JSONL backend's ``root`` is its directory)."""
         return self._path
 
-    @property
-    def durability(self) -> Durability:
-        return self._durability
-
     def close(self) -> None:
-        """Close the store's connections. Further calls raise ValueError. Idempotent."""
+        # further calls raise ValueError
         self._db.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # -- reading ---------------------------------------------------------------------------
-    def load(self, key: str) -> list[ChatMessage]:
-        """Every message, oldest first; ``[]`` for a missing session. Lenient: a row that
-        does not parse is skipped with a logged warning, never raised (use :meth:`try_load`
-        before writing a history back). One snapshot. Cost: O(messages)."""
-        return self._load(key, strict=False)
-
-    def try_load(self, key: str) -> list[ChatMessage]:
-        """Every message, oldest first; ``[]`` for a missing or empty session. Raises
-        :class:`CorruptTranscriptError` for a row that does not parse (its line number and
-        byte offset in the session's export). Cost: O(messages)."""
-        return self._load(key, strict=True)
-
-    def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
-        """Like :meth:`load`, each message with its ``created_at`` as an aware UTC datetime."""
-        return [TimestampedMessage(m, datetime_of_ms(m.created_at)) for m in self.load(key)]
-
     def _read_page(self, key: str, limit: int, before: str | None, after: str | None, reading: Reading,
                    breakpoint: bool, whole_turns: bool) -> Page:
         raise NotImplementedError
 
-    def page(
-        self,
-        key: str,
-        *,
-        limit: int = 100,
-        before: str | None = None,
-        after: str | None = None,
-        ts_before: int | None = None,
-        breakpoint: bool = False,
-        whole_turns: bool = False,
-    ) -> Page:
-        """One page of messages, oldest first, with the JSONL backend's semantics (see
-        :meth:`jsonl_sessions.SessionStore.page`): no cursor = the ``limit`` newest,
-        ``before=id`` = the ``limit`` newest older than it, ``after=id`` = the ``limit``
-        oldest newer than it (``after=""``: from the first); ``ts_before``, ``breakpoint``
-        and ``whole_turns`` filter, cut and widen the same way. Raises
-        :class:`SessionNotFoundError`, :class:`MessageNotFoundError` (unknown cursor),
-        ValueError (``limit < 1``, both cursors). One read transaction. Cost: O(log n) to
-        find a cursor plus O(page) rows (``ts_before`` reads the rows it skips)."""
-        validate_key(key)  # the key first, as every backend checks it
-        check_page_arguments(limit, before, after, ts_before)
+    def _page(self, key: str, limit: int, before: str | None, after: str | None, ts_before: int | None,
+              breakpoint: bool, whole_turns: bool) -> Page:
         reading = Reading(ts_before)
         got = self._read_page(key, limit, before, after, reading, breakpoint, whole_turns)
         if reading.bad:
@@ -136,30 +277,6 @@ class DatabaseFront(MetadataFront):
             rows.log.warning("skipped %d corrupt row(s) of session %r in %s; first at line %d: %s",
                              len(reading.bad), key, self._path, first + 1, reading.bad[first])
         return got
-
-    # -- writing ---------------------------------------------------------------------------
-    def append(self, key: str, message: MessageLike) -> str:
-        """Append one message (creating the session if needed); its id. One transaction,
-        durable on return in fsync mode. SerializationError / InvalidMessageError /
-        DuplicateMessageError with nothing written. Cost: O(log n)."""
-        return self.append_many(key, (message,))[0]
-
-    def append_message(self, key: str, message: MessageLike) -> str:
-        """The same as :meth:`append`."""
-        return self.append_many(key, (message,))[0]
-
-    def replace_conversation_state(self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool) -> None:
-        """Replace the messages and the trim-breadcrumb flag in one transaction (one
-        crash-atomic unit). Creates the session if needed."""
-        self._replace_state(key, messages, breadcrumb_present, if_exists=False)
-
-    def replace_conversation_state_if_exists(
-        self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool
-    ) -> bool:
-        """Like :meth:`replace_conversation_state`, but only while the session exists: False,
-        nothing written, when it does not (a deleted session is never recreated: the check
-        and the writes are one transaction)."""
-        return self._replace_state(key, messages, breadcrumb_present, if_exists=True)
 
     # -- rows and metadata -------------------------------------------------------------------
     def _rows(self, c: Any, sid: int, start: int = 0, stop: int | None = None) -> list[tuple[int, bytes]]:
@@ -187,23 +304,6 @@ class DatabaseFront(MetadataFront):
             raise rows.corrupt(s.key, self._path, (exc.line or 1) - 1, base + (exc.offset or 0),
                                exc.reason or "") from None
 
-    def _compacted(self, key: str, data: list[tuple[int, bytes]], repair: bool, quarantine: Callable[[], str],
-                   replace: Callable[[list[bytes]], None]) -> CompactionReport:
-        """The body of ``compaction_report`` over a session's rows ``data``: the plan; a
-        problem refused (:class:`CorruptTranscriptError`) unless ``repair``, then
-        ``quarantine()`` keeps every row and says where; ``replace(lines)`` rewrites the
-        session when rows are dropped."""
-        plan = plan_lines(line for _seq, line in data)
-        saved = None
-        if plan.problem is not None:
-            p = plan.problem
-            if not repair:
-                raise CorruptTranscriptError(key=key, path=self._path, line=p.line, offset=p.offset, reason=p.reason)
-            saved = quarantine()
-        if plan.dropped:
-            replace([line[:-1] for line in plan.kept])
-        return CompactionReport(key, plan, saved, False)
-
     def _meta(self, s: Any) -> dict[str, Any]:
         """The metadata object of session row ``s`` (``key``, ``meta``); CorruptMetadataError."""
         return rows.decode_meta(s.meta, s.key, self._path)
@@ -226,26 +326,6 @@ class DatabaseFront(MetadataFront):
     def _replace_rows(self, c: Any, sid: int, lines: Sequence[bytes],
                       records: Sequence[dict[str, Any]] | None = None) -> None:
         raise NotImplementedError
-
-    def _replace_state_in(self, c: Any, key: str, s: Any, msgs: Sequence[ChatMessage], breadcrumb: bool,
-                          if_exists: bool) -> bool:
-        """The body of ``replace_conversation_state(_if_exists)`` inside the caller's write
-        transaction, ``s`` the session's row (None: missing). The session is checked before
-        the messages: with ``if_exists`` a missing one is False, never an error about them."""
-        if if_exists and s is None:
-            return False
-        records = assign_ids(key, msgs, None, self._clock())
-        lines = self._encode(key, records)
-        if s is None:
-            sid = self._create(c, key, sidecar.new_sidecar(key, self._clock(), bool(breadcrumb)))
-        else:
-            self._check_clean(c, s)
-            meta = self._meta(s)
-            meta["trim_breadcrumb"] = bool(breadcrumb)
-            self._write_meta(c, s, meta)
-            sid = s.id
-        self._replace_rows(c, sid, lines, records)
-        return True
 
     def _session(self, c: Any, key: str) -> Any:
         raise NotImplementedError
@@ -290,27 +370,5 @@ class DatabaseFront(MetadataFront):
             changed += 1
         return changed
 
-    def list_sessions_with_metadata(self) -> list[SessionMetadata]:
-        """Every session's metadata, in key order (one snapshot). O(sessions)."""
-        return self._where(lambda _meta: True)
 
-    def compact(self, key: str, *, repair: bool = False) -> int:
-        """Drop exact duplicates (a row with the same id and bytes as an earlier one; rows
-        without an id are never duplicates); the number of rows dropped (0: nothing
-        written). Order and bytes of the rest are kept.
-
-        Refuses, with :class:`CorruptTranscriptError` naming the first such row and nothing
-        changed, a session holding a row that does not parse or a second row with an
-        earlier row's id but other bytes, unless ``repair=True``: then every row of the
-        session is first copied to the ``quarantine`` table (with the key and the time;
-        never removed by the store; logged) and the rewrite keeps every row that parses (of
-        rows sharing an id, the first). One transaction. :class:`SessionNotFoundError` for a
-        missing session. Cost: O(rows)."""
-        report = self.compaction_report(key, repair=repair)
-        if report.quarantine is not None:
-            rows.log.warning("compact(repair=True) of session %r: its original rows are kept in %s", key,
-                             report.quarantine)
-        return report.dropped
-
-
-__all__ = ["DatabaseFront", "usable_id"]
+__all__ = ["DatabaseFront", "SessionSnapshot", "usable_id"]

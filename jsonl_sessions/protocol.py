@@ -2,7 +2,11 @@
 
 :class:`SessionBackend` is a :class:`typing.Protocol` listing every public method of a
 session store with its contract: arguments, result, errors, atomicity, durability and
-cost. :class:`jsonl_sessions.SessionStore` (JSONL files) implements it; so can any other
+cost. This is the one place the contract is written: the stores of this package inherit
+it through :class:`jsonl_sessions.base.BaseStore`, so ``help()`` and
+:func:`inspect.getdoc` show this text for their methods, and each store's class
+docstring adds only what is its own (mechanisms, exact costs).
+:class:`jsonl_sessions.SessionStore` (JSONL files) implements it; so can any other
 backend, and the conformance suite in :mod:`jsonl_sessions.testing` checks one that
 claims to. The async facade, the SDK adapters, the command line and the test harness
 are typed against this protocol, not against a concrete store, so they accept any
@@ -99,7 +103,8 @@ class SessionBackend(Protocol):
         ...
 
     def get_message_count(self, key: str) -> int:
-        """How many messages the session holds.
+        """How many messages the session holds (a stored message that does not parse
+        counts: it holds a position).
 
         :raises SessionNotFoundError: the session does not exist.
         Cost: O(1) in the session's length."""
@@ -112,7 +117,9 @@ class SessionBackend(Protocol):
 
     def get_messages(self, key: str, *, limit: int | None = None, offset: int = 0) -> list[ChatMessage]:
         """The messages at positions ``[offset, offset + limit)`` (all from ``offset``
-        when ``limit`` is None), oldest first. Windows concatenate to :meth:`load`.
+        when ``limit`` is None), oldest first. Positions are those of
+        :meth:`get_message_count`; a message in the window that does not parse is skipped
+        (logged), so windows concatenate to :meth:`load`.
 
         :raises SessionNotFoundError: the session does not exist.
         :raises ValueError: ``limit`` or ``offset`` is negative.
@@ -143,10 +150,13 @@ class SessionBackend(Protocol):
 
         ``Page.has_more`` says whether another page exists in the direction of travel;
         ``Page.before`` / ``Page.after`` are the cursors of the next older / newer page.
+        A stored message that does not parse is skipped (logged) and does not count
+        towards ``limit``. The page is read from one consistent state.
 
         :raises SessionNotFoundError: the session does not exist.
         :raises MessageNotFoundError: the cursor names no message of the session.
-        :raises ValueError: ``limit < 1``, or both cursors given.
+        :raises ValueError: ``limit < 1``, both cursors given, or a ``ts_before`` that is
+            not int milliseconds.
         Cost: O(page + log n); never the whole session for a plain page."""
         ...
 
@@ -261,32 +271,53 @@ class SessionBackend(Protocol):
     def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
         """Delete the session only when its recorded principal is
         ``owner_principal_id``; True when deleted. Fails closed: a missing session, no
-        recorded owner or another owner gives False with nothing deleted.
+        recorded owner, another owner or an empty ``owner_principal_id`` gives False with
+        nothing deleted. The check and the deletion are one unit under the session's
+        guard, which :meth:`set_session_principal` takes too.
 
         :raises CorruptMetadataError: the metadata cannot be read (nothing deleted)."""
         ...
 
     def cleanup_stale(self, ttl_hours: float) -> int:
-        """Delete every session with no activity (message or metadata change) within
-        the last ``ttl_hours``; the number deleted. A ``running`` session is never
-        deleted. Each deletion is atomic. Cost: O(N)."""
+        """Delete every session with no activity (message or metadata change, by the wall
+        clock) within the last ``ttl_hours``; the number deleted. A ``running`` session is
+        never deleted, nor one whose metadata cannot be read (its state is unknown:
+        logged). Each deletion is atomic.
+
+        :raises TypeError: ``ttl_hours`` is not a number.
+        :raises ValueError: ``ttl_hours`` is negative or not finite.
+        Cost: O(N)."""
         ...
 
     def compact(self, key: str, *, repair: bool = False) -> int:
-        """Rewrite the session without what is not a message (a torn tail, exact
-        duplicates); the number of entries dropped (0: nothing written).
+        """Rewrite the session without what is not a message: a torn tail, and exact
+        duplicates (an entry with the same id and the same bytes as an earlier one;
+        entries without an id are never duplicates). Returns the number of entries dropped
+        (0: nothing written). The order and bytes of the rest are kept.
 
         :raises SessionNotFoundError: the session does not exist.
-        :raises CorruptTranscriptError: a stored message does not parse, unless
-            ``repair=True``: then the original is first kept in a quarantine copy and
-            every message that parses is kept.
+        :raises CorruptTranscriptError: a stored message does not parse, or repeats an
+            earlier id with other bytes (nothing changed), unless ``repair=True``: then
+            the original is first kept in a quarantine copy (logged; never removed by the
+            store) and every message that parses is kept (of those sharing an id, the
+            first).
         Atomic, durable. Cost: O(n)."""
         ...
 
     def search(self, query: SessionQuery) -> list[SessionMetadata]:
-        """Sessions whose name or message text contains ``query.keyword``
-        (case-insensitive), newest activity first, at most ``query.limit`` (None: all),
-        only those of ``query.agent_alias`` when given. Damaged messages are skipped.
+        """Sessions whose name or message text contains ``query.keyword``, newest activity
+        first (ties: key order), at most ``query.limit`` (None: all), only those attributed
+        to ``query.agent_alias`` when given. An empty keyword matches every session.
+
+        Matching is case-insensitive by Unicode case folding (``str.casefold``:
+        ``"STRASSE"`` matches ``"straße"``), without normalisation (a precomposed "é" does
+        not match "e" + combining accent). Message text is a string ``content``, and in a
+        list ``content`` every string item and every object's ``"text"`` string (a single
+        part object as ``content`` counts too); roles, ids and other fields are not
+        searched. Messages that do not parse are skipped, never an error.
+
+        :raises TypeError: ``query`` is not a :class:`SessionQuery`, or its text is not a str.
+        :raises ValueError: ``query.limit`` is not None or an int >= 0.
         Cost: O(total size of the scanned sessions)."""
         ...
 
@@ -320,7 +351,9 @@ class SessionBackend(Protocol):
         ...
 
     def list_sessions_with_metadata(self) -> list[SessionMetadata]:
-        """Every session's metadata, in key order. Cost: O(N), no message is read."""
+        """Every session's metadata, in key order. A session whose metadata cannot be read
+        is listed with what its storage tells (logged), never an error.
+        Cost: O(N), no message is read."""
         ...
 
     def get_session_name(self, key: str) -> str | None:
@@ -328,7 +361,7 @@ class SessionBackend(Protocol):
         ...
 
     def set_session_name(self, key: str, name: str) -> None:
-        """Set the human-readable name.
+        """Set the human-readable name (any string, "" included).
 
         :raises SessionNotFoundError: the session does not exist.
         Atomic, durable."""
@@ -375,7 +408,9 @@ class SessionBackend(Protocol):
 
     def set_session_state(self, key: str, state: str, turn_id: str | None = None) -> None:
         """Set the run state (``"idle"``, ``"running"`` or ``"error"``) and the current
-        turn (cleared on ``"idle"``). ``since`` changes only when state or turn changes.
+        turn (cleared on ``"idle"``). ``since`` (the store's clock) changes only when state
+        or turn changes, so re-setting the same state and turn does not make a stuck turn
+        look fresh.
 
         :raises SessionNotFoundError: the session does not exist.
         :raises ValueError: an unknown state.
@@ -391,8 +426,9 @@ class SessionBackend(Protocol):
         ...
 
     def list_stuck_sessions(self, threshold_secs: float) -> list[SessionMetadata]:
-        """Every session that entered ``"running"`` more than ``threshold_secs`` ago,
-        in key order. Cost: O(N)."""
+        """Every session that entered ``"running"`` more than ``threshold_secs`` ago (by
+        the store's clock), in key order. TypeError / ValueError for a threshold that is
+        not a finite number >= 0. Cost: O(N)."""
         ...
 
     def count_agent_attribution(self, agent_alias: str) -> int:
@@ -401,7 +437,9 @@ class SessionBackend(Protocol):
 
     def rename_agent_attribution(self, old_alias: str, new_alias: str) -> int:
         """Re-attribute every session of ``old_alias`` to ``new_alias``; the number of
-        sessions changed. Each session's change is atomic; never deletes. Cost: O(N)."""
+        sessions changed (equal aliases: nothing is written and the number of sessions
+        attributed to it is returned). Each session's change is atomic; never deletes.
+        Cost: O(N)."""
         ...
 
     def clear_agent_attribution(self, agent_alias: str) -> int:

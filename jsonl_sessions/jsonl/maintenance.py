@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass
 
 from .. import _platform
-from ..arguments import check_number
 from ..compaction import CompactionReport, plan_compaction
 from ..errors import CorruptTranscriptError, LockTimeoutError, SessionNotFoundError, UnsafePathError
 from . import prune, quarantine
@@ -75,7 +74,7 @@ def cleanup_stale(root: Root, ttl_hours: float) -> CleanupReport:
     checking again; skips running, unreadable and busy sessions. Also removes orphan
     sidecars older than the TTL, then the lock files of sessions that no longer exist
     (:func:`jsonl_sessions.jsonl.prune.prune_locks`)."""
-    cutoff = time.time_ns() - int(check_number("ttl_hours", ttl_hours) * 3600e9)
+    cutoff = time.time_ns() - int(ttl_hours * 3600e9)  # checked by the store
 
     def stale(found: Look | None) -> bool:
         return (found is not None and found.error is None and found.state != "running"

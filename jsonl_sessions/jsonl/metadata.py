@@ -22,9 +22,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from .. import _platform
-from ..arguments import check_number, check_state, check_text
 from ..errors import CorruptMetadataError, SessionStoreError
-from ..types import SessionMetadata, SessionState
+from ..types import SessionMetadata
 from . import control as snapshot
 from . import sidecar
 from .control import peek_head, read_head
@@ -178,10 +177,10 @@ def set_field(root: Root, files: SessionFiles, name: str, value: object) -> None
     Session(root, files).update_sidecar(lambda meta: meta.__setitem__(name, value))
 
 
-def delete_session_owned(root: Root, files: SessionFiles, owner_principal_id: str) -> bool:
-    owner = check_text("owner_principal_id", owner_principal_id)
+def delete_session_owned(root: Root, files: SessionFiles, owner: str) -> bool:
+    """Delete the session when its principal is ``owner`` (non-empty), checked under the guard."""
     with mutate(root, files):
-        if not owner or not files.transcript_exists():
+        if not files.transcript_exists():
             return False
         if sidecar.text(files.read_sidecar(), "principal_id") != owner:
             return False
@@ -189,32 +188,12 @@ def delete_session_owned(root: Root, files: SessionFiles, owner_principal_id: st
 
 
 # -- run state ------------------------------------------------------------------------------
-def set_session_state(root: Root, files: SessionFiles, state: str, turn_id: str | None) -> None:
-    new_state, turn = check_state(state, turn_id)
-    Session(root, files).update_sidecar(lambda meta: sidecar.set_state(meta, new_state, turn, root.clock()))
-
-
-def get_session_state(files: SessionFiles) -> SessionState | None:
-    return sidecar.run_state(meta_of(files))
-
-
-def list_stuck_sessions(root: Root, threshold_secs: float) -> list[SessionMetadata]:
-    threshold_ms = check_number("threshold_secs", threshold_secs) * 1000
-    now = root.clock()
-
-    def stuck(found: Look) -> bool:
-        since = sidecar.millis(found.meta, "state_since")
-        return found.state == "running" and since is not None and now - since > threshold_ms
-
-    return where(root, stuck)
+def set_session_state(root: Root, files: SessionFiles, state: str, turn: str | None) -> None:
+    """Enter run state ``state`` for ``turn`` (both checked), under the guard."""
+    Session(root, files).update_sidecar(lambda meta: sidecar.set_state(meta, state, turn, root.clock()))
 
 
 # -- agent attribution ------------------------------------------------------------------------
-def count_agent_attribution(root: Root, agent_alias: str) -> int:
-    alias = check_text("agent_alias", agent_alias)
-    return sum(1 for _files, found in looks(root) if sidecar.text(found.meta, "agent_alias") == alias)
-
-
 def reattribute(root: Root, old: str, new: str | None) -> int:
     """Move every session of alias ``old`` to ``new`` (None: clear), each under its own
     guard; the number changed."""

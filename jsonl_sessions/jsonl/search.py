@@ -13,39 +13,26 @@ from __future__ import annotations
 import logging
 
 from .. import records
-from ..arguments import check_query
+from ..base import search_order, search_results
 from ..errors import SessionStoreError
-from ..types import SessionMetadata, SessionQuery
+from ..types import SessionMetadata
 from . import control as snapshot
-from . import sidecar
 from .layout import SessionFiles
 from .lines import BOM, iter_blocks
-from .metadata import Look, listed, looks
+from .metadata import listed, looks
 from .txn import Root
 
 log = logging.getLogger("jsonl_sessions")
 
 
-def search(root: Root, query: SessionQuery) -> list[SessionMetadata]:
-    needle, limit, alias = check_query(query)
+def search(root: Root, needle: str, limit: int | None, alias: str | None) -> list[SessionMetadata]:
+    """The sessions matching the casefolded ``needle`` (a checked query: see
+    :func:`jsonl_sessions.arguments.check_query`), newest activity first."""
     prefilter = records.Prefilter(needle)
-    found: list[tuple[int, str, SessionFiles, Look]] = []
-    for files, look in looks(root):
-        if alias is not None and sidecar.text(look.meta, "agent_alias") != alias:
-            continue
-        found.append((-look.activity_ns, files.key, files, look))
-    found.sort(key=lambda item: (item[0], item[1]))
-    out: list[SessionMetadata] = []
-    for _neg, _key, files, look in found:
-        if limit is not None and len(out) >= limit:
-            break
-        name = sidecar.text(look.meta, "name")
-        named = name is not None and needle in name.casefold()
-        if named or not needle or mentions_in(root, files, needle, prefilter):
-            md = listed(root, files, look)
-            if md is not None:
-                out.append(md)
-    return out
+    ordered = search_order(((look.activity_ns, files.key, look.meta, (files, look)) for files, look in looks(root)),
+                           alias)
+    return search_results(ordered, needle, limit, lambda item: mentions_in(root, item[0], needle, prefilter),
+                          lambda item: listed(root, *item))
 
 
 def mentions(root: Root, files: SessionFiles, needle: str) -> bool:

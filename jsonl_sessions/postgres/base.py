@@ -13,24 +13,23 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from psycopg_pool import ConnectionPool
 
-from .. import codec, ids, records, rows
-from ..arguments import check_options
+from .. import codec, records, rows
+from ..base import DEFAULT_MAX_MESSAGE_BYTES
 from ..dbfront import DatabaseFront
-from ..errors import SessionNotFoundError
 from ..ids import assign_ids, replacement_record
 from ..jsonl import sidecar
 from ..keys import validate_key
-from ..sqlite.base import DEFAULT_MAX_MESSAGE_BYTES
-from ..types import ChatMessage, Durability, MessageLike, as_message
+from ..types import ChatMessage, Durability
 from .db import Conn, Database, bigint_array, lit, quoted, text_array
 from .schema import SCHEMA_VERSION, current_version, upgrade
 
 _INT64 = 2**63
+_T = TypeVar("_T")
 
 
 class SessionRow:
@@ -109,17 +108,13 @@ class PostgresCore(DatabaseFront):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        check_options(durability, lock_timeout, max_message_bytes)
+        self._options(durability, lock_timeout, max_message_bytes, clock)
         if not isinstance(schema, str) or not schema or "\x00" in schema or len(schema.encode()) > 63:
             raise ValueError(f"schema must be a PostgreSQL name (1 to 63 bytes, no NUL), not {schema!r}")
         if pool_size < 2:
             raise ValueError("pool_size must be >= 2 (a lock() block uses two connections)")
         self._schema = schema
         self._s = quoted(schema)
-        self._durability: Durability = durability
-        self._lock_timeout = lock_timeout
-        self._max_message_bytes = max_message_bytes
-        self._clock = clock or ids.now_ms
         self._db = Database(dsn, pool, schema=schema, durability=durability, lock_timeout=lock_timeout,
                             statement_timeout=statement_timeout, connect_timeout=connect_timeout,
                             pool_size=pool_size, prepare_threshold=prepare_threshold,
@@ -146,17 +141,21 @@ class PostgresCore(DatabaseFront):
     # -- guard ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
-        """Hold ``key``'s guard for a block: other writers of the session (threads,
-        processes, machines) wait; re-entrant in this thread. Each call inside the block
-        commits on its own when it returns (durable and visible to other connections
-        before the block ends; a call that raised is undone alone); see :mod:`.db` for the
-        design (a pinned connection's transaction holds the advisory lock, the calls run
-        on other connections). :class:`LockTimeoutError` after ``lock_timeout``."""
+        # see the class docstring and .db for the design
         validate_key(key)
         with self._db.guard(key):
             yield
 
     # -- rows ------------------------------------------------------------------------------
+    def _read(self, fn: Callable[[Conn], _T]) -> _T:
+        return self._db.read(fn)
+
+    def _write(self, key: str, fn: Callable[[Conn], _T]) -> _T:
+        return self._db.write([key], fn)
+
+    def _locked(self, c: Conn, key: str) -> SessionRow | None:
+        return self._session(c, key, for_update=True)
+
     def _session(self, c: Conn, key: str, *, for_update: bool = False) -> SessionRow | None:
         row = c.execute(f"SELECT id, meta, message_count, size_bytes, activity_ns FROM {self._s}.sessions "
                         f"WHERE key = %s{' FOR UPDATE' if for_update else ''}", (key,)).fetchone()
@@ -190,8 +189,7 @@ class PostgresCore(DatabaseFront):
 
     def _insert(self, c: Conn, sid: int, first_seq: int, lines: Sequence[bytes],
                 recs: Sequence[Mapping[str, Any]] | None = None) -> None:
-        """Insert ``lines`` at positions ``first_seq...`` in one statement, with their index
-        columns taken from ``recs`` (the records they encode) or decoded from the lines."""
+        # in one statement
         if not lines:
             return
         cols = [columns(line, None if recs is None else recs[i]) for i, line in enumerate(lines)]
@@ -213,9 +211,9 @@ class PostgresCore(DatabaseFront):
         return (rows.encode_meta(meta).decode(), nul_free(sidecar.text(meta, "agent_alias")),
                 nul_free(sidecar.text(meta, "principal_id")), nul_free(sidecar.state(meta)))
 
-    def _set_counts(self, c: Conn, sid: int, count: int, size: int) -> None:
+    def _set_counts(self, c: Conn, sid: int, count: int, size: int, activity_ns: int | None = None) -> None:
         c.execute(f"UPDATE {self._s}.sessions SET message_count = %s, size_bytes = %s, activity_ns = %s WHERE id = %s",
-                  (count, size, time.time_ns(), sid))
+                  (count, size, time.time_ns() if activity_ns is None else activity_ns, sid))
 
     def _replace_rows(self, c: Conn, sid: int, lines: Sequence[bytes],
                       recs: Sequence[Mapping[str, Any]] | None = None) -> None:
@@ -245,8 +243,6 @@ class PostgresCore(DatabaseFront):
 
     # -- reading ---------------------------------------------------------------------------
     def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
-        validate_key(key)
-
         def read(c: Conn) -> list[tuple[int, bytes]]:
             got = c.execute(f"SELECT m.seq, m.line FROM {self._s}.messages m JOIN {self._s}.sessions s "
                             "ON m.session = s.id WHERE s.key = %s ORDER BY m.seq", (key,))
@@ -255,24 +251,18 @@ class PostgresCore(DatabaseFront):
         return rows.decode_rows(self._db.read(read), key=key, path=self._path, strict=strict)
 
     def session_exists(self, key: str) -> bool:
-        """Whether the session exists. O(log sessions)."""
+        # O(log sessions)
         validate_key(key)
         return bool(self._db.read_one(f"SELECT 1 FROM {self._s}.sessions WHERE key = {lit(key)}"))
 
     def list_sessions(self) -> list[str]:
-        """Every session's key, sorted (by Python's string order). O(sessions)."""
+        # sorted by Python's string order: O(sessions)
         return sorted(k for (k,) in self._db.read_one(f"SELECT key FROM {self._s}.sessions"))
 
     # -- appending -------------------------------------------------------------------------
-    def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
-        """Append several messages in one transaction (all or none); their ids. Ids come
-        from the session's last id under the guard (never from the server's clock), so they
-        strictly increase whatever machine appends."""
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
-        if not msgs:
-            return []
-
+    def _append_many(self, key: str, msgs: list[ChatMessage]) -> list[str]:
+        # Ids come from the session's last id under the guard (never from the server's
+        # clock), so they strictly increase whatever machine appends.
         s = self._s
         first = (f"SELECT x.id, x.message_count, x.size_bytes, (SELECT m.id FROM {s}.messages m WHERE m.session = x.id "
                  f"AND m.id IS NOT NULL ORDER BY m.seq DESC LIMIT 1) FROM {s}.sessions x WHERE x.key = {lit(key)} "
@@ -311,11 +301,7 @@ class PostgresCore(DatabaseFront):
 
     # -- changing the end ------------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
-        """Remove the newest message; True when one was removed. With ``expected_id``, only
-        when the newest has that id (compare-and-remove). One ``DELETE ... RETURNING`` of
-        the newest row (and the counters in the same statement); a removed row that does
-        not parse raises :class:`CorruptTranscriptError` and the transaction is rolled back
-        (nothing changed). O(log n)."""
+        # one DELETE ... RETURNING of the newest row and the counters: O(log n)
         validate_key(key)
         if expected_id is not None and not isinstance(expected_id, str):
             return False
@@ -351,15 +337,9 @@ class PostgresCore(DatabaseFront):
         except _Mismatch:
             return False
 
-    def update_last(self, key: str, message: MessageLike, *, expected_id: str | None = None) -> bool:
-        """Replace the newest message; True when one was replaced (with ``expected_id``: only
-        when the newest has that id). The new message keeps the old id and created_at
-        unless it carries its own. One transaction: the newest row is read under the guard,
-        then one ``UPDATE ... RETURNING`` replaces it and the counters. O(log n). A newest
-        row that does not parse raises :class:`CorruptTranscriptError`, nothing changed."""
-        validate_key(key)
-        m = as_message(message)
-
+    def _update_last(self, key: str, m: ChatMessage, expected_id: str | None) -> bool:
+        # One transaction: the newest row is read under the guard, then one
+        # UPDATE ... RETURNING replaces it and the counters. O(log n).
         def write(c: Conn) -> bool:
             s = self._session(c, key, for_update=True)
             newest = None if s is None else self._newest(c, s)
@@ -384,12 +364,7 @@ class PostgresCore(DatabaseFront):
         return self._db.write([key], write)
 
     # -- replacing everything --------------------------------------------------------------
-    def rewrite_messages(self, key: str, messages: Iterable[MessageLike]) -> None:
-        """Replace every message in one transaction (creating the session if needed).
-        Refuses (:class:`CorruptTranscriptError`, nothing changed) when a current row does
-        not parse. Cost: O(old + new)."""
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
+    def _rewrite(self, key: str, msgs: list[ChatMessage]) -> None:
         recs = assign_ids(key, msgs, None, self._clock())
         lines = self._encode(key, recs)
 
@@ -404,60 +379,15 @@ class PostgresCore(DatabaseFront):
 
         self._db.write([key], write)
 
-    def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
-
-        return self._db.write([key], lambda c: self._replace_state_in(
-            c, key, self._session(c, key, for_update=True), msgs, breadcrumb, if_exists))
-
-    def _update(self, key: str, change: Callable[[dict[str, Any]], None]) -> None:
-        """Apply ``change`` to the meta of an existing session in one transaction.
-        :class:`SessionNotFoundError` for a missing session; an unreadable meta raises
-        :class:`CorruptMetadataError` and is never overwritten."""
-        validate_key(key)
-
-        def write(c: Conn) -> None:
-            s = self._session(c, key, for_update=True)
-            if s is None:
-                raise SessionNotFoundError(key=key)
-            meta = self._meta(s)
-            change(meta)
-            self._write_meta(c, s, meta)
-
-        self._db.write([key], write)
-
     def _session_row(self, key: str) -> SessionRow | None:
-        """The session's row, read in one round trip; None when it does not exist."""
-        validate_key(key)
+        # one round trip
         found = self._db.read_one(f"SELECT id, meta, message_count, size_bytes, activity_ns FROM {self._s}.sessions "
                                   f"WHERE key = {lit(key)}")
         return SessionRow(key, found[0]) if found else None
 
-    def _meta_of(self, key: str) -> dict[str, Any] | None:
-        """The meta of a session; None when it does not exist. CorruptMetadataError."""
-        s = self._session_row(key)
-        return None if s is None else self._meta(s)
-
     # -- clearing and deleting -------------------------------------------------------------
-    def clear_messages(self, key: str) -> int:
-        """Remove every message, keeping the session and its metadata; the number removed.
-        Refuses a session holding a row that does not parse (:class:`CorruptTranscriptError`)."""
-        validate_key(key)
-
-        def write(c: Conn) -> int:
-            s = self._session(c, key, for_update=True)
-            if s is None:
-                return 0
-            count = self._check_clean(c, s)
-            self._replace_rows(c, s.id, [])
-            return count
-
-        return self._db.write([key], write)
-
     def delete_session(self, key: str) -> bool:
-        """Delete the session (its messages go with it: ``ON DELETE CASCADE``) in one
-        statement under the guard; True if it existed."""
+        # its messages go with it (ON DELETE CASCADE)
         validate_key(key)
         return self._db.write([key], lambda c: c.execute(f"DELETE FROM {self._s}.sessions WHERE key = %s RETURNING 1",
                                                          (key,)).fetchone() is not None)

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .. import rows
-from ..arguments import check_window
 from ..dbfront import usable_id
 from ..errors import MessageNotFoundError, SessionNotFoundError
 from ..keys import validate_key
@@ -70,8 +69,7 @@ class HistoryMethods(PostgresCore):
 
     # -- counting and lookup ---------------------------------------------------------------
     def get_message_count(self, key: str) -> int:
-        """How many messages (rows) the session holds; :class:`SessionNotFoundError` for a
-        missing session. O(1): the counter column kept by every writer."""
+        # O(1): the counter column kept by every writer
         validate_key(key)
         found = self._db.read_one(f"SELECT message_count FROM {self._s}.sessions WHERE key = {lit(key)}")
         if not found:
@@ -79,8 +77,7 @@ class HistoryMethods(PostgresCore):
         return int(found[0][0])
 
     def get_message(self, key: str, message_id: str) -> ChatMessage | None:
-        """The message with id ``message_id``; None when the session has none (or does not
-        exist, or that row does not parse: logged). O(log n) through the id index."""
+        # O(log n) through the id index
         validate_key(key)
         if not usable_id(message_id):
             return None
@@ -92,14 +89,7 @@ class HistoryMethods(PostgresCore):
         got = rows.decode_rows([(found[0][0], found[0][1].encode())], key=key, path=self._path, strict=False)
         return got[0] if got else None
 
-    def get_messages(self, key: str, *, limit: int | None = None, offset: int = 0) -> list[ChatMessage]:
-        """The messages at positions ``[offset, offset + limit)`` (all from ``offset`` when
-        ``limit`` is None), oldest first. :class:`SessionNotFoundError` for a missing
-        session, ValueError for a negative ``limit`` / ``offset``. A row that does not
-        parse is skipped (logged). Cost: O(log n + window)."""
-        validate_key(key)  # the key first, as every backend checks it
-        check_window(limit, offset)
-
+    def _get_messages(self, key: str, limit: int | None, offset: int) -> list[ChatMessage]:
         def read(c: Conn) -> list[tuple[int, bytes]]:
             s = self._existing(c, key)
             if limit == 0 or offset >= s.count:
@@ -147,16 +137,7 @@ class HistoryMethods(PostgresCore):
 
     # -- fork and revert ---------------------------------------------------------------------
     def copy_messages(self, source: str, target: str, *, up_to_message_id: str | None = None) -> str | None:
-        """Fork: create ``target`` holding ``source``'s messages up to and including
-        ``up_to_message_id`` (all when None), rows copied verbatim inside the server (same
-        ids, timestamps, bytes); record ``parent`` and ``fork_point`` (and the source's
-        breadcrumb flag) in the target's metadata. Returns the fork-point id; None when
-        nothing was copied. Holds both sessions' guards, taken in sorted order.
-
-        Raises :class:`SessionNotFoundError` (missing source), :class:`SessionExistsError`
-        (the target exists, also when it is the source), :class:`MessageNotFoundError`
-        (unknown id; nothing created), :class:`CorruptTranscriptError` (the named row does
-        not parse). One transaction. Cost: O(log n + copied rows)."""
+        # rows copied inside the server under both guards (sorted order): O(log n + copied rows)
         validate_key(source)
         validate_key(target)
 
@@ -175,11 +156,7 @@ class HistoryMethods(PostgresCore):
         return self._db.write([source, target], write, name=source)
 
     def truncate_messages(self, key: str, up_to_message_id: str) -> int:
-        """Revert to ``up_to_message_id`` (kept): the newer rows go in one ``DELETE``, under
-        the guard; the number deleted. :class:`SessionNotFoundError`,
-        :class:`MessageNotFoundError` for an unknown id, :class:`CorruptTranscriptError` when
-        the named row or one to delete does not parse; nothing is changed then.
-        Cost: O(log n + deleted rows)."""
+        # the newer rows go in one DELETE under the guard: O(log n + deleted rows)
         validate_key(key)
 
         def write(c: Conn) -> int:

@@ -1,6 +1,6 @@
 """Session metadata and lifecycle of the PostgreSQL backend: listings, ownership,
 attribution, TTL cleanup, search and compact/repair (the setters and getters are
-:class:`jsonl_sessions.metafront.MetadataFront`'s, over this backend's primitives).
+:class:`jsonl_sessions.base.BaseStore`'s, over this backend's primitives).
 
 A metadata change reads the session row ``FOR UPDATE`` under the session's guard, changes
 the object and writes it back with the columns copied from it; an unreadable object
@@ -12,16 +12,13 @@ writers by row locks (waiting at most ``lock_timeout``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .. import records, rows
-from ..arguments import check_number, check_query, check_text
-from ..compaction import CompactionReport
-from ..errors import CorruptMetadataError, SessionNotFoundError
+from ..base import search_order, search_results
 from ..jsonl import sidecar
-from ..keys import validate_key
-from ..types import SessionMetadata, SessionQuery
+from ..types import SessionMetadata
 from .base import PostgresCore, SessionRow, nul_free
 from .db import Conn
 
@@ -40,37 +37,12 @@ class MetadataMethods(PostgresCore):
         logged), in key order."""
         got = c.execute(f"SELECT key, id, meta, message_count, size_bytes, activity_ns FROM {self._s}.sessions "
                         f"{where}{' FOR UPDATE' if for_update else ''}", args).fetchall()
-        found = sorted((SessionRow(r[0], r[1:]) for r in got), key=lambda s: s.key)
-        out: list[tuple[SessionRow, dict[str, Any] | None]] = []
-        for s in found:
-            try:
-                out.append((s, self._meta(s)))
-            except CorruptMetadataError as exc:
-                rows.log.warning("%s", exc)
-                out.append((s, None))
-        return out
-
-    def _where(self, keep: Callable[[dict[str, Any] | None], bool]) -> list[SessionMetadata]:
-        return [self._describe(s, meta) for s, meta in self._db.read(self._all) if keep(meta)]
-
-    def get_session_metadata(self, key: str) -> SessionMetadata | None:
-        """The session's metadata; None when it does not exist. O(log sessions).
-        :class:`CorruptMetadataError` for an unreadable meta."""
-        s = self._session_row(key)
-        return None if s is None else self._describe(s, self._meta(s))
+        return self._with_meta(SessionRow(r[0], r[1:]) for r in got)
 
     # -- ownership ----------------------------------------------------------------------
-    def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
-        """Delete the session only when its recorded principal equals ``owner_principal_id``;
-        True when deleted. Fails closed (missing session, no owner, another owner, "" ->
-        False, nothing deleted). One ``DELETE ... WHERE principal_id = ...`` statement under
-        the guard; the deleted row's meta is checked in the same transaction (an unreadable
-        or disagreeing one rolls it back: :class:`CorruptMetadataError` / False)."""
-        owner = check_text("owner_principal_id", owner_principal_id)
-        validate_key(key)
-        if not owner:
-            return False
-
+    def _delete_session_owned(self, key: str, owner: str) -> bool:
+        # One DELETE ... WHERE principal_id = ... under the guard; the deleted row's meta is
+        # checked in the same transaction (an unreadable or disagreeing one rolls it back).
         class _Disagrees(Exception):
             pass
 
@@ -96,12 +68,10 @@ class MetadataMethods(PostgresCore):
             c, self._all(c, "WHERE agent_alias = %s", (nul_free(old),), for_update=True), old, new))
 
     # -- TTL cleanup ----------------------------------------------------------------------
-    def cleanup_stale(self, ttl_hours: float) -> int:
-        """Delete every session whose last change is older than ``ttl_hours`` (wall clock);
-        the number deleted. Never a ``running`` session, nor one whose meta is unreadable
-        (logged). One transaction; each row is locked and its time checked again after any
-        writer holding it commits. Cost: O(stale sessions + their rows)."""
-        cutoff = time.time_ns() - int(check_number("ttl_hours", ttl_hours) * 3600e9)
+    def _cleanup_stale(self, ttl_hours: float) -> int:
+        # One transaction; each row is locked and its time checked again after any writer
+        # holding it commits. O(stale sessions + their rows).
+        cutoff = time.time_ns() - int(ttl_hours * 3600e9)
 
         def write(c: Conn) -> int:
             stale = [s.id for s, meta in self._all(c, "WHERE activity_ns < %s AND state IS DISTINCT FROM 'running'",
@@ -116,28 +86,19 @@ class MetadataMethods(PostgresCore):
         return self._db.write([], write)
 
     # -- search ---------------------------------------------------------------------------
-    def search(self, query: SessionQuery) -> list[SessionMetadata]:
-        """Sessions whose name or message text contains ``query.keyword``, newest activity
-        first (ties: key order), at most ``query.limit`` (None: all), only those attributed
-        to ``query.agent_alias`` when given. Matching is the JSONL backend's exactly
-        (``str.casefold`` on both sides, the same message text): the server finds the
-        candidate rows with ``strpos`` on the ``folded`` column (case-folded by Python when
-        the row was written; not ``ILIKE``, whose case rules differ and which treats ``%``
-        and ``_`` as wildcards), and each candidate line is then checked as the JSONL
-        backend checks it. One snapshot. Cost: O(bytes of the sessions' text)."""
-        needle, limit, alias = check_query(query)
+    def _search(self, needle: str, limit: int | None, alias: str | None) -> list[SessionMetadata]:
+        # The server finds the candidate rows with strpos on the folded column (case-folded
+        # by Python when the row was written; not ILIKE, whose case rules differ and which
+        # treats % and _ as wildcards); each candidate line is then checked exactly.
         ascii_needle = needle.encode("ascii") if needle.isascii() else None
 
         def read(c: Conn) -> list[SessionMetadata]:
-            found = [(s, meta) for s, meta in self._all(c) if alias is None or sidecar.text(meta, "agent_alias") == alias]
-            found.sort(key=lambda item: (-item[0].activity_ns, item[0].key))
-            if not needle:
-                hits = {s.id for s, _meta in found}
-            else:
-                hits = {s.id for s, meta in found if _named(meta, needle)}
-                hits |= self._text_hits(c, [s.id for s, _meta in found if s.id not in hits], needle, ascii_needle)
-            out = [self._describe(s, meta) for s, meta in found if s.id in hits]
-            return out if limit is None else out[:limit]
+            ordered = search_order(((s.activity_ns, s.key, meta, (s, meta)) for s, meta in self._all(c)), alias)
+            # one query for the text of every session whose name does not match
+            hits = set() if not needle else self._text_hits(
+                c, [s.id for meta, (s, _meta) in ordered if not _named(meta, needle)], needle, ascii_needle)
+            return search_results(ordered, needle, limit, lambda item: item[0].id in hits,
+                                  lambda item: self._describe(*item))
 
         return self._db.read(read)
 
@@ -157,28 +118,14 @@ class MetadataMethods(PostgresCore):
         return hits
 
     # -- compact / repair -----------------------------------------------------------------
-    def compaction_report(self, key: str, *, repair: bool = False) -> CompactionReport:
-        """:meth:`compact` returning its whole report (the plan, and after a repair where the
-        original rows are). Same errors, atomicity and cost."""
-        validate_key(key)
-
-        def write(c: Conn) -> CompactionReport:
-            s = self._session(c, key, for_update=True)
-            if s is None:
-                raise SessionNotFoundError(key=key)
-            data = self._rows(c, s.id)
-
-            def quarantine() -> str:  # numbered by a sequence: repairs of two sessions never share a number
-                row = c.execute("SELECT nextval(%s::regclass)", (f"{self._s}.repairs",)).fetchone()
-                assert row is not None
-                c.execute(f"INSERT INTO {self._s}.quarantine (repair, session_key, taken_at, seq, line) "
-                          "SELECT %s, %s, %s, s, l FROM unnest(%s::bigint[], %s::text[]) AS u(s, l)",
-                          (row[0], key, self._clock(), [seq for seq, _ in data], [line.decode() for _, line in data]))
-                return f"the quarantine table of {self._path} (repair {row[0]})"
-
-            return self._compacted(key, data, repair, quarantine, lambda lines: self._replace_rows(c, s.id, lines))
-
-        return self._db.write([key], write)
+    def _quarantine(self, c: Conn, key: str, data: list[tuple[int, bytes]]) -> str:
+        # numbered by a sequence: repairs of two sessions never share a number
+        row = c.execute("SELECT nextval(%s::regclass)", (f"{self._s}.repairs",)).fetchone()
+        assert row is not None
+        c.execute(f"INSERT INTO {self._s}.quarantine (repair, session_key, taken_at, seq, line) "
+                  "SELECT %s, %s, %s, s, l FROM unnest(%s::bigint[], %s::text[]) AS u(s, l)",
+                  (row[0], key, self._clock(), [seq for seq, _ in data], [line.decode() for _, line in data]))
+        return f"the quarantine table of {self._path} (repair {row[0]})"
 
 
 __all__ = ["MetadataMethods"]

@@ -2,7 +2,7 @@
 
 The core (connections, guard, append/load/rewrite/replace) is in base.py and db.py; the
 history API and pages in history.py; metadata and lifecycle in metadata.py (over the
-shared :mod:`jsonl_sessions.metafront`); the health check in verify.py.
+shared :mod:`jsonl_sessions.base`); the health check in verify.py.
 """
 
 from __future__ import annotations
@@ -11,13 +11,8 @@ import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .. import rows
 from ..aio import AsyncSessionStore
-from ..errors import SessionExistsError
-from ..keys import validate_key
-from ..sqlite.store import SessionSnapshot
 from ..verification import VerifyReport, wanted_keys
-from .db import Conn
 from .history import HistoryMethods
 from .metadata import MetadataMethods
 from .verify import verify
@@ -41,7 +36,9 @@ class PostgresSessionStore(HistoryMethods, MetadataMethods):
       (durable on the server when it returns); ``"flush"``: ``off`` (a server crash may
       lose the last commits, never half of one).
     - Appends to different sessions never wait on each other; writers of one session
-      wait up to ``lock_timeout`` (then :class:`LockTimeoutError`).
+      wait up to ``lock_timeout`` (then :class:`LockTimeoutError`). :meth:`lock` holds the
+      guard on a pinned connection (see :mod:`jsonl_sessions.postgres.db`); each call
+      inside the block commits on its own, durable and visible before the block ends.
     - Messages are stored as the exact JSON lines the JSONL backend writes (``text``), so
       an export is byte-identical; counts are O(1), id lookups O(log n), windows and pages
       O(log n + page).
@@ -51,41 +48,10 @@ class PostgresSessionStore(HistoryMethods, MetadataMethods):
     """
 
     def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport:
-        """A read-only health check of the store's invariants, every session or only
-        ``keys`` (see :mod:`jsonl_sessions.postgres.verify`). One snapshot. No finding
-        here is fixable: ``fix`` changes nothing. Cost: O(total bytes)."""
+        # The store's invariants in one snapshot (jsonl_sessions.postgres.verify); nothing
+        # found here is fixable.
         wanted = wanted_keys(keys)
         return self._db.read(lambda c: verify(c, self._s, self._path, wanted))
-
-    def export_session(self, key: str) -> SessionSnapshot | None:
-        """The session as stored (one snapshot); None when it does not exist.
-        :class:`CorruptMetadataError` when its meta does not parse. Cost: O(rows)."""
-        validate_key(key)
-
-        def read(c: Conn) -> SessionSnapshot | None:
-            s = self._session(c, key)
-            if s is None:
-                return None
-            return SessionSnapshot(key, [line for _seq, line in self._rows(c, s.id)], self._meta(s), s.activity_ns)
-
-        return self._db.read(read)
-
-    def import_session(self, snapshot: SessionSnapshot) -> None:
-        """Create ``snapshot.key`` holding exactly the snapshot's lines (verbatim), metadata
-        and activity time, in one transaction under its guard. :class:`SessionExistsError`
-        (nothing written) when it exists."""
-        key = validate_key(snapshot.key)
-        meta: dict[str, Any] = {**snapshot.meta, "key": key}
-
-        def write(c: Conn) -> None:
-            if self._session(c, key, for_update=True) is not None:
-                raise SessionExistsError(key=key)
-            sid = self._create(c, key, meta)
-            self._insert(c, sid, 0, snapshot.lines)
-            c.execute(f"UPDATE {self._s}.sessions SET message_count = %s, size_bytes = %s, activity_ns = %s "
-                      "WHERE id = %s", (len(snapshot.lines), rows.sizes(snapshot.lines), snapshot.activity_ns, sid))
-
-        self._db.write([key], write)
 
 
 class AsyncPostgresSessionStore(AsyncSessionStore):

@@ -12,22 +12,19 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
-from .. import codec, ids, rows
-from ..arguments import check_options
+from .. import codec, rows
+from ..base import DEFAULT_MAX_MESSAGE_BYTES
 from ..dbfront import DatabaseFront
-from ..errors import (
-    SessionNotFoundError,
-)
 from ..ids import assign_ids, replacement_record
 from ..jsonl import sidecar
 from ..keys import validate_key
-from ..types import ChatMessage, Durability, MessageLike, as_message
+from ..types import ChatMessage, Durability
 from .db import Database
 
-DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+_T = TypeVar("_T")
 
 
 class SessionRow:
@@ -57,12 +54,8 @@ class SqliteCore(DatabaseFront):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        check_options(durability, lock_timeout, max_message_bytes)
+        self._options(durability, lock_timeout, max_message_bytes, clock)
         self._path = os.path.abspath(os.fspath(path))
-        self._durability: Durability = durability
-        self._lock_timeout = lock_timeout
-        self._max_message_bytes = max_message_bytes
-        self._clock = clock or ids.now_ms
         parent = os.path.dirname(self._path)
         if not os.path.isdir(parent):
             os.makedirs(parent, mode=0o700, exist_ok=True)
@@ -71,19 +64,23 @@ class SqliteCore(DatabaseFront):
     # -- guard ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
-        """Keep every other writer out for a block, making several calls one unit for them
-        (re-entrant: the store's methods work inside it). The lock is the file's writers'
-        lock (a ``flock`` on ``<path>-lock``): it covers the whole file, not only ``key``,
-        and writers of other threads and processes wait for the whole block. It is not a
-        transaction: each call inside is atomic, and committed (durable in fsync mode,
-        visible to other readers) when it returns, as outside a block; a crash inside the
-        block loses nothing acknowledged, and a call that raised is undone alone.
-        :class:`LockTimeoutError` after ``lock_timeout``."""
+        # the file's writers' lock: see the class docstring
         validate_key(key)
         with self._db.hold(key):
             yield
 
     # -- rows ------------------------------------------------------------------------------
+    def _read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._db.read() as c:
+            return fn(c)
+
+    def _write(self, key: str, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._db.write(key) as c:
+            return fn(c)
+
+    def _locked(self, c: sqlite3.Connection, key: str) -> SessionRow | None:
+        return self._session(c, key)  # the writers' lock keeps every row from other writers
+
     def _session(self, c: sqlite3.Connection, key: str) -> SessionRow | None:
         row = c.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone()
         return None if row is None else SessionRow(key, row)
@@ -113,8 +110,6 @@ class SqliteCore(DatabaseFront):
 
     def _insert(self, c: sqlite3.Connection, sid: int, first_seq: int, lines: Sequence[bytes],
                 records: Sequence[dict[str, Any]] | None = None) -> None:
-        """Insert ``lines`` at positions ``first_seq...``, with their index columns taken from
-        ``records`` (the records they encode) or, without them, decoded from the lines."""
         if records is None:
             index = [rows.index_of(line) for line in lines]
         else:
@@ -128,9 +123,9 @@ class SqliteCore(DatabaseFront):
                         (key, rows.encode_meta(meta), time.time_ns()))
         return int(cur.lastrowid or 0)
 
-    def _set_counts(self, c: sqlite3.Connection, sid: int, count: int, size: int) -> None:
+    def _set_counts(self, c: sqlite3.Connection, sid: int, count: int, size: int, activity_ns: int | None = None) -> None:
         c.execute("UPDATE sessions SET message_count = ?, size_bytes = ?, activity_ns = ? WHERE id = ?",
-                  (count, size, time.time_ns(), sid))
+                  (count, size, time.time_ns() if activity_ns is None else activity_ns, sid))
 
     def _replace_rows(self, c: sqlite3.Connection, sid: int, lines: Sequence[bytes],
                       records: Sequence[dict[str, Any]] | None = None) -> None:
@@ -172,7 +167,6 @@ class SqliteCore(DatabaseFront):
 
     # -- reading ---------------------------------------------------------------------------
     def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
-        validate_key(key)
         with self._db.read() as c:
             s = self._session(c, key)
             if s is None:
@@ -181,23 +175,18 @@ class SqliteCore(DatabaseFront):
         return rows.decode_rows(data, key=key, path=self._path, strict=strict)
 
     def session_exists(self, key: str) -> bool:
-        """Whether the session exists. O(log sessions)."""
+        # O(log sessions)
         validate_key(key)
         with self._db.read() as c:
             return c.execute("SELECT 1 FROM sessions WHERE key = ?", (key,)).fetchone() is not None
 
     def list_sessions(self) -> list[str]:
-        """Every session's key, sorted. O(sessions)."""
+        # O(sessions)
         with self._db.read() as c:
             return sorted(k for (k,) in c.execute("SELECT key FROM sessions"))
 
     # -- appending -------------------------------------------------------------------------
-    def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
-        """Append several messages in one transaction (all or none); their ids."""
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
-        if not msgs:
-            return []
+    def _append_many(self, key: str, msgs: list[ChatMessage]) -> list[str]:
         with self._db.write(key) as c:
             s = self._session(c, key)
             if s is None:
@@ -214,9 +203,7 @@ class SqliteCore(DatabaseFront):
 
     # -- changing the end ------------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:
-        """Remove the newest message; True when one was removed. With ``expected_id``, only
-        when the newest has that id (compare-and-remove). A newest row that does not parse
-        raises :class:`CorruptTranscriptError`, nothing changed. O(log n)."""
+        # O(log n)
         validate_key(key)
         with self._db.write(key) as c:
             found = self._last_row(c, key)
@@ -229,13 +216,7 @@ class SqliteCore(DatabaseFront):
             self._set_counts(c, s.id, s.count - 1, s.size - len(line) - 1)
             return True
 
-    def update_last(self, key: str, message: MessageLike, *, expected_id: str | None = None) -> bool:
-        """Replace the newest message; True when one was replaced (with ``expected_id``: only
-        when the newest has that id). The new message keeps the old id and created_at
-        unless it carries its own. One transaction; O(log n). A newest row that does not
-        parse raises :class:`CorruptTranscriptError`, nothing changed."""
-        validate_key(key)
-        m = as_message(message)
+    def _update_last(self, key: str, m: ChatMessage, expected_id: str | None) -> bool:
         with self._db.write(key) as c:
             found = self._last_row(c, key)
             if found is None:
@@ -259,12 +240,7 @@ class SqliteCore(DatabaseFront):
             return True
 
     # -- replacing everything --------------------------------------------------------------
-    def rewrite_messages(self, key: str, messages: Iterable[MessageLike]) -> None:
-        """Replace every message in one transaction (creating the session if needed). Ids
-        are assigned to keep the order increasing. Refuses (:class:`CorruptTranscriptError`,
-        nothing changed) when a current row does not parse. Cost: O(old + new)."""
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
+    def _rewrite(self, key: str, msgs: list[ChatMessage]) -> None:
         with self._db.write(key) as c:
             records = self._assign(key, msgs, None)
             lines = self._encode(key, records)
@@ -276,47 +252,12 @@ class SqliteCore(DatabaseFront):
                 sid = s.id
             self._replace_rows(c, sid, lines, records)
 
-    def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
-        with self._db.write(key) as c:
-            return self._replace_state_in(c, key, self._session(c, key), msgs, breadcrumb, if_exists)
-
-    def _update(self, key: str, change: Callable[[dict[str, Any]], None]) -> None:
-        """Apply ``change`` to the meta of an existing session in one transaction.
-        :class:`SessionNotFoundError` for a missing session; an unreadable meta raises
-        :class:`CorruptMetadataError` and is never overwritten."""
-        validate_key(key)
-        with self._db.write(key) as c:
-            s = self._session(c, key)
-            if s is None:
-                raise SessionNotFoundError(key=key)
-            meta = self._meta(s)
-            change(meta)
-            self._write_meta(c, s, meta)
-
-    def _meta_of(self, key: str) -> dict[str, Any] | None:
-        """The meta of a session; None when it does not exist. CorruptMetadataError."""
-        validate_key(key)
+    def _session_row(self, key: str) -> SessionRow | None:
         with self._db.read() as c:
-            s = self._session(c, key)
-        return None if s is None else self._meta(s)
+            return self._session(c, key)
 
     # -- clearing and deleting -------------------------------------------------------------
-    def clear_messages(self, key: str) -> int:
-        """Remove every message, keeping the session and its metadata; the number removed.
-        Refuses a session holding a row that does not parse (:class:`CorruptTranscriptError`)."""
-        validate_key(key)
-        with self._db.write(key) as c:
-            s = self._session(c, key)
-            if s is None:
-                return 0
-            count = self._check_clean(c, s)
-            self._replace_rows(c, s.id, [])
-            return count
-
     def delete_session(self, key: str) -> bool:
-        """Delete the session (messages and metadata) in one transaction; True if it existed."""
         validate_key(key)
         with self._db.write(key) as c:
             s = self._session(c, key)

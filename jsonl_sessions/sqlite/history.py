@@ -16,9 +16,8 @@ import sqlite3
 from collections.abc import Iterator
 
 from .. import rows
-from ..arguments import check_window
 from ..dbfront import usable_id
-from ..errors import MessageNotFoundError, SessionNotFoundError
+from ..errors import MessageNotFoundError
 from ..keys import validate_key
 from ..pagination import TURN_SEARCH_LINES, Item, Lines, Reading, page_back, page_forward
 from ..records import calls, decode_or_none
@@ -76,23 +75,15 @@ class HistoryMethods(SqliteCore):
             raise rows.corrupt(s.key, self._path, seq, self._offset_of(c, s.id, seq), str(exc)) from None
         return seq
 
-    def _existing(self, c: sqlite3.Connection, key: str) -> SessionRow:
-        s = self._session(c, key)
-        if s is None:
-            raise SessionNotFoundError(key=key)
-        return s
-
     # -- counting and lookup ---------------------------------------------------------------
     def get_message_count(self, key: str) -> int:
-        """How many messages (rows) the session holds; :class:`SessionNotFoundError` for a
-        missing session. O(1): kept in the session row by every writer."""
+        # O(1): kept in the session row by every writer
         validate_key(key)
         with self._db.read() as c:
-            return self._existing(c, key).count
+            return int(self._existing(c, key).count)
 
     def get_message(self, key: str, message_id: str) -> ChatMessage | None:
-        """The message with id ``message_id``; None when the session has none (or does not
-        exist, or that row does not parse: logged). O(log n) through the id index."""
+        # O(log n) through the id index
         validate_key(key)
         if not usable_id(message_id):
             return None
@@ -104,14 +95,7 @@ class HistoryMethods(SqliteCore):
         got = rows.decode_rows([row], key=key, path=self._path, strict=False)
         return got[0] if got else None
 
-    def get_messages(self, key: str, *, limit: int | None = None, offset: int = 0) -> list[ChatMessage]:
-        """The messages at positions ``[offset, offset + limit)`` (all from ``offset`` when
-        ``limit`` is None), oldest first. :class:`SessionNotFoundError` for a missing
-        session, ValueError for a negative ``limit`` / ``offset``. A row that does not
-        parse is skipped (logged), so concatenated windows equal :meth:`load`.
-        Cost: O(log n + window)."""
-        validate_key(key)  # the key first, as every backend checks it
-        check_window(limit, offset)
+    def _get_messages(self, key: str, limit: int | None, offset: int) -> list[ChatMessage]:
         with self._db.read() as c:
             s = self._existing(c, key)
             if limit == 0 or offset >= s.count:
@@ -163,16 +147,7 @@ class HistoryMethods(SqliteCore):
 
     # -- fork and revert ---------------------------------------------------------------------
     def copy_messages(self, source: str, target: str, *, up_to_message_id: str | None = None) -> str | None:
-        """Fork: create ``target`` holding ``source``'s messages up to and including
-        ``up_to_message_id`` (all when None), rows copied verbatim (same ids, timestamps,
-        bytes); record ``parent`` and ``fork_point`` (and the source's breadcrumb flag) in
-        the target's metadata. Returns the fork-point id; None when nothing was copied.
-
-        Raises :class:`SessionNotFoundError` (missing source), :class:`SessionExistsError`
-        (the target exists, also when it is the source), :class:`MessageNotFoundError`
-        (unknown id; nothing created), :class:`CorruptTranscriptError` (the named row does
-        not parse). One transaction: the target appears whole or not at all.
-        Cost: O(log n + copied rows), copied inside SQLite."""
+        # one transaction; the rows are copied inside SQLite: O(log n + copied rows)
         validate_key(source)
         validate_key(target)
         with self._db.write(source) as c:
@@ -187,11 +162,7 @@ class HistoryMethods(SqliteCore):
         return fork_point
 
     def truncate_messages(self, key: str, up_to_message_id: str) -> int:
-        """Revert: keep the messages up to and including ``up_to_message_id``, remove the
-        newer ones; how many were removed. Raises :class:`SessionNotFoundError`,
-        :class:`MessageNotFoundError` (unknown id) and :class:`CorruptTranscriptError` (a
-        removed row, or the named one, does not parse), each with nothing changed. One
-        transaction. Cost: O(log n + removed rows)."""
+        # one transaction: O(log n + removed rows)
         validate_key(key)
         with self._db.write(key) as c:
             s = self._existing(c, key)

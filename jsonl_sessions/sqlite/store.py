@@ -8,27 +8,13 @@ verify.py. Each part is a class built on :class:`SqliteCore`; this one joins the
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .. import rows
-from ..errors import SessionExistsError
-from ..keys import validate_key
+from ..dbfront import SessionSnapshot
 from ..verification import VerifyReport, wanted_keys
 from .history import HistoryMethods
 from .metadata import MetadataMethods
 from .verify import verify
-
-
-@dataclass(frozen=True)
-class SessionSnapshot:
-    """A whole session as stored: its lines (exact bytes, no newlines, oldest first), its
-    metadata object and its last activity (ns since the epoch). What a migration copies."""
-
-    key: str
-    lines: list[bytes]
-    meta: dict[str, Any]
-    activity_ns: int
 
 
 class SqliteSessionStore(HistoryMethods, MetadataMethods):
@@ -62,39 +48,11 @@ class SqliteSessionStore(HistoryMethods, MetadataMethods):
     """
 
     def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport:
-        """A read-only health check (``PRAGMA integrity_check`` plus the store's own
-        invariants, every session or only ``keys``) in one read transaction; see
-        :mod:`jsonl_sessions.sqlite.verify`. No finding here is fixable: ``fix`` changes
-        nothing. Cost: O(total bytes)."""
+        # PRAGMA integrity_check plus the store's own invariants, in one read transaction
+        # (jsonl_sessions.sqlite.verify); nothing found here is fixable.
         wanted = wanted_keys(keys)
         with self._db.read() as c:
             return verify(c, self._path, wanted)
-
-    def export_session(self, key: str) -> SessionSnapshot | None:
-        """The session as stored (one snapshot); None when it does not exist.
-        :class:`CorruptMetadataError` when its meta does not parse (a copy would lose it).
-        Cost: O(rows)."""
-        validate_key(key)
-        with self._db.read() as c:
-            s = self._session(c, key)
-            if s is None:
-                return None
-            lines = [line for _seq, line in self._rows(c, s.id)]
-        return SessionSnapshot(key, lines, self._meta(s), s.activity_ns)
-
-    def import_session(self, snapshot: SessionSnapshot) -> None:
-        """Create ``snapshot.key`` holding exactly the snapshot's lines (verbatim: a line
-        that does not parse stays as it is), metadata and activity time, in one
-        transaction. :class:`SessionExistsError` (nothing written) when it exists."""
-        key = validate_key(snapshot.key)
-        meta = {**snapshot.meta, "key": key}
-        with self._db.write(key) as c:
-            if self._session(c, key) is not None:
-                raise SessionExistsError(key=key)
-            sid = self._create(c, key, meta)
-            self._insert(c, sid, 0, snapshot.lines)
-            c.execute("UPDATE sessions SET message_count = ?, size_bytes = ?, activity_ns = ? WHERE id = ?",
-                      (len(snapshot.lines), rows.sizes(snapshot.lines), snapshot.activity_ns, sid))
 
 
 if TYPE_CHECKING:  # mypy checks that the store satisfies the backend contract
@@ -104,4 +62,4 @@ if TYPE_CHECKING:  # mypy checks that the store satisfies the backend contract
         return store
 
 
-__all__ = ["SqliteSessionStore"]
+__all__ = ["SessionSnapshot", "SqliteSessionStore"]

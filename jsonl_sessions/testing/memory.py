@@ -16,9 +16,12 @@ the state machine, the contract mixin), minus the files:
 - ``updated_at`` / activity is the wall-clock time of the last change (the file store
   uses file modification times); ``size_bytes`` is the length of the lines.
 
-Every rule of what a call returns and changes comes from the reference model
+Every change and every read of messages comes from the reference model
 (:class:`~jsonl_sessions.testing.reference.ReferenceStore`); this class adds what a real
-store adds on top of it: argument and key checks, id assignment, encoding, the guard.
+store adds on top of it: id assignment, encoding, the guard. Argument and key checks,
+the metadata getters and the listings by run state and attribution are
+:class:`~jsonl_sessions.base.BaseStore`'s, over a view of each session's metadata as
+sidecar fields, so the harness checks that shared code against the model too.
 
 Nothing survives the object (``persistent = False``: the harness skips its
 fresh-instance checks). No corruption, torn tails or quarantine exist here: ``compact``
@@ -33,37 +36,28 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .. import codec, ids
-from ..arguments import check_context, check_number, check_options, check_state, check_text
-from ..errors import InvalidArgumentError, InvalidMessageError, LockTimeoutError
+from .. import codec
+from ..base import DEFAULT_MAX_MESSAGE_BYTES, BaseStore, Keep
+from ..compaction import CompactionReport, plan_lines
+from ..errors import LockTimeoutError
 from ..ids import assign_ids
-from ..jsonl.store import DEFAULT_MAX_MESSAGE_BYTES
 from ..keys import validate_key
 from ..protocol import SessionBackend
 from ..types import (
     ChatMessage,
     Durability,
-    MessageLike,
     Page,
     SessionMetadata,
-    SessionQuery,
-    SessionState,
-    TimestampedMessage,
-    as_message,
-    datetime_of_ms,
 )
 from ..verification import VerifyReport, missing_session, wanted_keys
 from .reference import EPOCH, ReferenceStore, SessionModel
 
-if TYPE_CHECKING:
-    from typing_extensions import Self
 
-
-class MemorySessionStore:
+class MemorySessionStore(BaseStore):
     """An in-memory session store with the API and semantics of :class:`SessionStore`.
 
     ``MemorySessionStore(root=None, *, durability="fsync", lock_timeout=30.0,
@@ -83,12 +77,8 @@ class MemorySessionStore:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        check_options(durability, lock_timeout, max_message_bytes)
+        self._options(durability, lock_timeout, max_message_bytes, clock)
         self._root = None if root is None else os.fspath(root)
-        self._durability: Durability = durability
-        self._lock_timeout = lock_timeout
-        self._max_message_bytes = max_message_bytes
-        self._clock = clock or ids.now_ms
         self._ref = ReferenceStore()
         self._model = threading.RLock()  # held around every use of self._ref
         self._locks: dict[str, threading.RLock] = {}
@@ -97,18 +87,8 @@ class MemorySessionStore:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._root!r})"
 
-    @property
-    def durability(self) -> Durability:
-        return self._durability
-
     def close(self) -> None:
-        """Nothing is held open: does nothing (the data stays until the object goes)."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        pass  # nothing is held open: the data stays until the object goes
 
     # -- guard ------------------------------------------------------------------------
     def _guard(self, key: str) -> threading.RLock:
@@ -117,7 +97,6 @@ class MemorySessionStore:
 
     @contextlib.contextmanager
     def lock(self, key: str) -> Iterator[None]:
-        """Hold ``key``'s mutation guard for a block (re-entrant in a thread)."""
         validate_key(key)
         guard = self._guard(key)
         if not guard.acquire(timeout=-1 if self._lock_timeout is None else self._lock_timeout):
@@ -148,27 +127,13 @@ class MemorySessionStore:
         (:func:`jsonl_sessions.ids.assign_ids`), as a JSONL store would read them back.
         :class:`SerializationError` for content JSON cannot hold,
         :class:`InvalidMessageError` for a line over ``max_message_bytes``."""
-        out = []
-        for record in assign_ids(key, messages, previous, self._clock(), frozenset(existing).__contains__):
-            line = codec.encode_record(record, key)
-            if len(line) > self._max_message_bytes:
-                raise InvalidMessageError(key=key, message_id=record["id"], reason=f"message is {len(line)} bytes, "
-                                          f"over max_message_bytes={self._max_message_bytes}")
-            out.append(_decoded(line))
-        return out
+        records = assign_ids(key, messages, previous, self._clock(), frozenset(existing).__contains__)
+        return [_decoded(line) for line in codec.encode_records(records, key, self._max_message_bytes)]
 
     # -- reading ----------------------------------------------------------------------
-    def load(self, key: str) -> list[ChatMessage]:
-        """Every message, oldest first; ``[]`` for a missing session."""
-        with self._read(key):
+    def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
+        with self._read(key):  # nothing here can be corrupt: strict or not, the same
             return _fresh(self._ref.load(key))
-
-    def try_load(self, key: str) -> list[ChatMessage]:
-        """As :meth:`load` (nothing here can be corrupt)."""
-        return self.load(key)
-
-    def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
-        return [TimestampedMessage(m, datetime_of_ms(m.created_at)) for m in self.load(key)]
 
     def session_exists(self, key: str) -> bool:
         with self._read(key) as s:
@@ -179,18 +144,7 @@ class MemorySessionStore:
             return self._ref.list_sessions()
 
     # -- appending --------------------------------------------------------------------
-    def append(self, key: str, message: MessageLike) -> str:
-        """Append one message (creating the session if needed); its id."""
-        return self.append_many(key, (message,))[0]
-
-    append_message = append
-
-    def append_many(self, key: str, messages: Iterable[MessageLike]) -> list[str]:
-        """Append several messages, all or none; their ids."""
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
-        if not msgs:
-            return []
+    def _append_many(self, key: str, msgs: list[ChatMessage]) -> list[str]:
         with self._change(key):
             s = self._ref.sessions.get(key)
             existing = [] if s is None else [m.id for m in s.messages]
@@ -204,9 +158,7 @@ class MemorySessionStore:
         with self._change(key):
             return self._ref.remove_last(key, expected_id=expected_id)
 
-    def update_last(self, key: str, message: MessageLike, *, expected_id: str | None = None) -> bool:
-        validate_key(key)
-        m = as_message(message)
+    def _update_last(self, key: str, m: ChatMessage, expected_id: str | None) -> bool:
         with self._change(key):
             if not self._ref.can_change_last(key, expected_id):
                 return False
@@ -223,36 +175,17 @@ class MemorySessionStore:
             return self._ref.update_last(key, stored[0])
 
     # -- replacing everything ---------------------------------------------------------
-    def rewrite_messages(self, key: str, messages: Iterable[MessageLike]) -> None:
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
+    def _rewrite(self, key: str, msgs: list[ChatMessage]) -> None:
         with self._change(key):
             self._ref.rewrite_messages(key, self._stored(key, msgs, None), self._clock())
 
-    def replace_conversation_state(self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool) -> None:
-        self._replace_state(key, messages, breadcrumb_present, if_exists=False)
-
-    def replace_conversation_state_if_exists(
-        self, key: str, messages: Iterable[MessageLike], breadcrumb_present: bool
-    ) -> bool:
-        return self._replace_state(key, messages, breadcrumb_present, if_exists=True)
-
-    def _replace_state(self, key: str, messages: Iterable[MessageLike], breadcrumb: bool, *, if_exists: bool) -> bool:
-        validate_key(key)
-        msgs = [as_message(m) for m in messages]
+    def _replace_state(self, key: str, msgs: list[ChatMessage], breadcrumb: bool, *, if_exists: bool) -> bool:
         with self._change(key):
             if if_exists and key not in self._ref:
                 return False
             stored = self._stored(key, msgs, None)
             return self._ref.replace_conversation_state(key, stored, bool(breadcrumb), self._clock(),
                                                         if_exists=if_exists)
-
-    def set_session_trim_breadcrumb(self, key: str, present: bool) -> None:
-        self._set(key, breadcrumb=bool(present))
-
-    def get_session_trim_breadcrumb(self, key: str) -> bool | None:
-        with self._read(key) as s:
-            return None if s is None else s.breadcrumb
 
     # -- clearing and deleting --------------------------------------------------------
     def clear_messages(self, key: str) -> int:
@@ -265,6 +198,10 @@ class MemorySessionStore:
         with self._change(key):
             return self._ref.delete_session(key)
 
+    def _delete_session_owned(self, key: str, owner: str) -> bool:
+        with self._change(key):
+            return self._ref.delete_session_owned(key, owner)
+
     # -- history ----------------------------------------------------------------------
     def get_message_count(self, key: str) -> int:
         with self._read(key):
@@ -275,7 +212,7 @@ class MemorySessionStore:
             found = self._ref.get_message(key, message_id)
         return None if found is None else _fresh([found])[0]
 
-    def get_messages(self, key: str, *, limit: int | None = None, offset: int = 0) -> list[ChatMessage]:
+    def _get_messages(self, key: str, limit: int | None, offset: int) -> list[ChatMessage]:
         with self._read(key):
             return _fresh(self._ref.get_messages(key, limit=limit, offset=offset))
 
@@ -290,18 +227,8 @@ class MemorySessionStore:
         with self._change(key):
             return self._ref.truncate_messages(key, up_to_message_id)
 
-    def page(
-        self,
-        key: str,
-        *,
-        limit: int = 100,
-        before: str | None = None,
-        after: str | None = None,
-        ts_before: int | None = None,
-        breakpoint: bool = False,
-        whole_turns: bool = False,
-    ) -> Page:
-        """One page, oldest first (see :meth:`jsonl_sessions.SessionStore.page`)."""
+    def _page(self, key: str, limit: int, before: str | None, after: str | None, ts_before: int | None,
+              breakpoint: bool, whole_turns: bool) -> Page:
         with self._read(key):
             got = self._ref.page(key, limit=limit, before=before, after=after, ts_before=ts_before,
                                  breakpoint=breakpoint, whole_turns=whole_turns)
@@ -316,72 +243,26 @@ class MemorySessionStore:
         with self._read(key) as s:
             return None if s is None else self._metadata(key, s)
 
-    def list_sessions_with_metadata(self) -> list[SessionMetadata]:
-        with self._model:
-            return [self._metadata(key, self._ref.sessions[key]) for key in self._ref.list_sessions()]
-
-    def _set(self, key: str, **changes: Any) -> None:
-        validate_key(key)
-        with self._change(key):
-            self._ref.set_fields(key, **changes)
-
-    def set_session_name(self, key: str, name: str) -> None:
-        self._set(key, name=check_text("name", name))
-
-    def get_session_name(self, key: str) -> str | None:
+    def _meta_of(self, key: str) -> dict[str, Any] | None:
         with self._read(key) as s:
-            return None if s is None else s.name
+            return None if s is None else _fields(s)
 
-    def set_session_agent_alias(self, key: str, agent_alias: str) -> None:
-        self._set(key, alias=check_text("agent_alias", agent_alias))
-
-    def get_session_agent_alias(self, key: str) -> str | None:
-        with self._read(key) as s:
-            return None if s is None else s.alias
-
-    def set_session_context(self, key: str, context: Mapping[str, str]) -> None:
-        self._set(key, context=check_context(context))
-
-    def set_session_principal(self, key: str, principal_id: str) -> None:
-        self._set(key, owner=check_text("principal_id", principal_id, empty=False))
-
-    def delete_session_owned(self, key: str, owner_principal_id: str) -> bool:
-        owner = check_text("owner_principal_id", owner_principal_id)
-        validate_key(key)
+    def _set_field(self, key: str, name: str, value: object) -> None:
         with self._change(key):
-            return self._ref.delete_session_owned(key, owner)
+            self._ref.set_fields(key, **{_MODEL_FIELDS[name]: value})
 
-    def set_session_state(self, key: str, state: str, turn_id: str | None = None) -> None:
-        new_state, turn = check_state(state, turn_id)
-        validate_key(key)
+    def _set_state(self, key: str, state: str, turn: str | None) -> None:
         with self._change(key):
-            self._ref.set_session_state(key, new_state, turn, self._clock())
+            self._ref.set_session_state(key, state, turn, self._clock())
 
-    def get_session_state(self, key: str) -> SessionState | None:
-        with self._read(key):
-            return self._ref.get_session_state(key)
-
-    def list_running_sessions(self) -> list[SessionMetadata]:
+    def _where(self, keep: Keep) -> list[SessionMetadata]:
         with self._model:
-            return [self._metadata(k, self._ref.sessions[k]) for k in self._ref.list_running_sessions()]
+            return [self._metadata(k, self._ref.sessions[k]) for k in self._ref.list_sessions()
+                    if keep(_fields(self._ref.sessions[k]))]
 
-    def list_stuck_sessions(self, threshold_secs: float) -> list[SessionMetadata]:
-        threshold = check_number("threshold_secs", threshold_secs)
+    def _count_where(self, keep: Keep) -> int:
         with self._model:
-            return [self._metadata(k, self._ref.sessions[k])
-                    for k in self._ref.list_stuck_sessions(threshold, self._clock())]
-
-    # -- attribution ------------------------------------------------------------------
-    def count_agent_attribution(self, agent_alias: str) -> int:
-        alias = check_text("agent_alias", agent_alias)
-        with self._model:
-            return self._ref.count_agent_attribution(alias)
-
-    def rename_agent_attribution(self, old_alias: str, new_alias: str) -> int:
-        return self._reattribute(check_text("old_alias", old_alias), check_text("new_alias", new_alias))
-
-    def clear_agent_attribution(self, agent_alias: str) -> int:
-        return self._reattribute(check_text("agent_alias", agent_alias), None)
+            return sum(1 for s in self._ref.sessions.values() if keep(_fields(s)))
 
     def _reattribute(self, old: str, new: str | None) -> int:
         """Each session under its own guard in turn, as the file store does."""
@@ -392,10 +273,9 @@ class MemorySessionStore:
         return changed
 
     # -- lifecycle --------------------------------------------------------------------
-    def cleanup_stale(self, ttl_hours: float) -> int:
-        """Delete every session with no change within ``ttl_hours`` (wall clock), except
-        ``running`` ones and those whose guard another thread holds; the number deleted."""
-        cutoff = time.time_ns() - int(check_number("ttl_hours", ttl_hours) * 3600e9)
+    def _cleanup_stale(self, ttl_hours: float) -> int:
+        """Spares the sessions whose guard another thread holds (busy, so not stale)."""
+        cutoff = time.time_ns() - int(ttl_hours * 3600e9)
         with contextlib.ExitStack() as stack:
             busy = set()
             for key in self.list_sessions():
@@ -407,30 +287,21 @@ class MemorySessionStore:
             with self._model:
                 return len(self._ref.cleanup_stale(cutoff, spare=busy.__contains__))
 
-    def search(self, query: SessionQuery) -> list[SessionMetadata]:
-        """Sessions whose name or message text contains the keyword (casefolded), newest
-        activity first (ties: key order), at most ``query.limit``."""
-        if not isinstance(query, SessionQuery):
-            raise TypeError(f"query must be a SessionQuery, not {type(query).__name__}")
-        keyword = check_text("keyword", query.keyword)
-        limit = query.limit
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise InvalidArgumentError(argument="limit", reason=f"limit must be None or an int >= 0, not {limit!r}")
-        alias = None if query.agent_alias is None else check_text("agent_alias", query.agent_alias)
+    def _search(self, needle: str, limit: int | None, alias: str | None) -> list[SessionMetadata]:
         with self._model:
             return [self._metadata(k, self._ref.sessions[k])
-                    for k in self._ref.search(keyword, agent_alias=alias, limit=limit)]
+                    for k in self._ref.search(needle, agent_alias=alias, limit=limit)]
 
-    def compact(self, key: str, *, repair: bool = False) -> int:
-        """Nothing to drop in memory: 0. :class:`SessionNotFoundError` for a missing session."""
+    def _compaction_report(self, key: str, repair: bool) -> CompactionReport:
+        """Nothing to drop in memory: the plan of the stored lines, which keeps them all."""
         with self._read(key):
-            return self._ref.compact(key)
+            self._ref.compact(key)  # SessionNotFoundError for a missing session
+            lines = [codec.encode_record(codec.record_of(m, m.id, m.created_at or 0))
+                     for m in self._ref.sessions[key].messages]
+        return CompactionReport(key, plan_lines(lines), None, False)
 
     def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport:
-        """What was checked (sessions, messages, the bytes of their lines), every session
-        or only ``keys``; nothing stored here can be damaged, so the only possible finding
-        is a ``missing-session`` for a key asked for that does not exist. Read-only;
-        ``fix`` changes nothing. Cost: O(total size)."""
+        # Nothing stored here can be damaged: the only finding is a key asked for that does not exist.
         wanted = wanted_keys(keys)
         with self._model:
             report = VerifyReport(self._root or ":memory:", "memory")
@@ -443,6 +314,17 @@ class MemorySessionStore:
                 report.messages += len(s.messages)
                 report.bytes += self._metadata(key, s).size_bytes
         return report
+
+
+#: The reference model's name of each metadata field a setter changes.
+_MODEL_FIELDS = {"name": "name", "agent_alias": "alias", "principal_id": "owner", "context": "context",
+                 "trim_breadcrumb": "breadcrumb"}
+
+
+def _fields(s: SessionModel) -> dict[str, Any]:
+    """The session's metadata as the fields of a sidecar (what :class:`BaseStore` reads)."""
+    return {"name": s.name, "agent_alias": s.alias, "principal_id": s.owner, "context": dict(s.context),
+            "trim_breadcrumb": s.breadcrumb, "state": s.state, "turn_id": s.turn, "state_since": s.since}
 
 
 def _decoded(line: bytes) -> ChatMessage:

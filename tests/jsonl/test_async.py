@@ -24,7 +24,7 @@ def test_every_backend_method_is_a_coroutine_with_the_same_signature() -> None:
         method = getattr(AsyncSessionStore, name)
         assert inspect.iscoroutinefunction(method), name
         assert inspect.signature(method) == inspect.signature(getattr(SessionStore, name)), name
-        assert method.__doc__ == getattr(SessionStore, name).__doc__
+        assert method.__doc__ and method.__doc__ == inspect.getdoc(getattr(SessionStore, name)), name
         assert inspect.iscoroutinefunction(getattr(AsyncSessionBackend, name)), name
     # A guard is bound to the thread holding it: it cannot be held across awaits.
     assert not hasattr(AsyncSessionStore, "lock")
