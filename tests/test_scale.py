@@ -23,11 +23,13 @@ from jsonl_sessions import (
     SessionQuery,
     SessionStore,
     codec,
+    ids,
     records,
 )
 from jsonl_sessions.jsonl import search, transcript
 from jsonl_sessions.jsonl.lines import BOM, CHUNK_BYTES
 from jsonl_sessions.keys import key_to_stem
+from jsonl_sessions.types import from_record
 
 
 def run_python(code: str) -> str:
@@ -265,3 +267,52 @@ def test_the_table_of_non_ascii_characters_folding_to_ascii_is_this_pythons() ->
             if ch.isascii():
                 found.setdefault(ch, set()).add(c)
     assert {k: set(v) for k, v in records.FOLDS_TO_ASCII.items()} == found
+
+
+# -- rewrite_messages: messages read back are encoded as they are, not copied --------------
+def _record_by_fields(m: ChatMessage, message_id: str, created_at: int) -> list[tuple[str, object]]:
+    """The record's definition (docs/format.md): id, created_at, role, kind, content, then the extras."""
+    return [("id", message_id), ("created_at", created_at), ("role", m.role), ("kind", m.kind),
+            ("content", m.content), *m.extra.items()]
+
+
+def test_a_rewrite_of_loaded_messages_reuses_their_records_and_encodes_the_same_lines(tmp_path: pathlib.Path) -> None:
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    store.append_many("k", [ChatMessage("user", f"m{i}", extra={"name": f"n{i}"} if i % 2 else None)
+                            for i in range(50)])
+    path = tmp_path / "store" / (key_to_stem("k") + ".jsonl")
+    before = path.read_bytes()
+    loaded = store.try_load("k")
+
+    got = ids.assign_ids("k", loaded, None, 0)
+    assert all(r is m._data for r, m in zip(got, loaded, strict=True))  # no dict built per message
+    assert b"".join(codec.encode_records(got, "k", 1 << 20)) == before
+    with SyscallProbe() as p:
+        store.rewrite_messages("k", loaded)
+    assert path.read_bytes() == before and store.try_load("k") == loaded
+    assert p.seam["write"] == 1  # one write of the whole (small) transcript
+    assert store.get_message_count("k") == 50
+
+
+@pytest.mark.parametrize("message", [
+    ChatMessage("user", "a", id="01J0000000000000000000000A", created_at=5),
+    ChatMessage("user", "a", id="01J0000000000000000000000A", created_at=5, kind="note", extra={"x": [1.5]}),
+    ChatMessage("user", "a", id="01J0000000000000000000000A"),  # no time: ``now`` is used
+    ChatMessage("user", "a", created_at=5),  # no id: a new one
+    ChatMessage.from_dict({"role": "tool", "content": None, "tool_call_id": "c", "id": "x", "created_at": 1}),
+    # wrapped as they are, in orders and with values a record does not have
+    from_record({"role": "user", "id": "01J0000000000000000000000A", "created_at": 5, "kind": "message",
+                 "content": "a"}),
+    from_record({"id": "01J0000000000000000000000A", "created_at": 5, "role": "user", "kind": "", "content": "a"}),
+    from_record({"id": "01J0000000000000000000000A", "created_at": 5, "role": "user", "kind": "message"}),
+    from_record({"id": "01J0000000000000000000000A", "created_at": None, "role": "user", "kind": "message",
+                 "content": "a", "extra": 1}),
+])
+def test_a_record_is_the_one_its_fields_define(message: ChatMessage) -> None:
+    for message_id, created_at in ((message.id or "01J0000000000000000000000B", message.created_at or 7),
+                                   ("01J0000000000000000000000C", 9)):
+        got = codec.record_of(message, message_id, created_at)
+        assert list(got.items()) == _record_by_fields(message, message_id, created_at)
+        assert orjson.dumps(got) == orjson.dumps(dict(_record_by_fields(message, message_id, created_at)))
+    [record] = ids.assign_ids("k", [message], None, 7)
+    assert list(record.items()) == _record_by_fields(message, record["id"], message.created_at or 7)
