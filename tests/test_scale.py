@@ -9,6 +9,7 @@ import pathlib
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import datetime, timezone
 from types import FrameType
 
 import orjson
@@ -20,13 +21,14 @@ from syscalls import SyscallProbe
 from jsonl_sessions import (
     ChatMessage,
     CorruptTranscriptError,
+    SessionMetadata,
     SessionQuery,
     SessionStore,
     codec,
     ids,
     records,
 )
-from jsonl_sessions.jsonl import search, transcript
+from jsonl_sessions.jsonl import search, sidecar, transcript
 from jsonl_sessions.jsonl.lines import BOM, CHUNK_BYTES
 from jsonl_sessions.keys import key_to_stem
 from jsonl_sessions.types import from_record
@@ -177,6 +179,70 @@ def test_a_stale_count_cache_still_gives_the_exact_count_in_a_listing(tmp_path: 
     with open(path, "ab") as f:  # another writer's line the cache does not know about
         f.write(line.replace(b'"one"', b'"two"').replace(line[7:33], b"Z" * 26))
     assert [m.message_count for m in store.list_sessions_with_metadata()] == [2]
+
+
+
+def _python_calls_during(op: Callable[[], object]) -> tuple[object, int]:
+    """``op()`` and how many Python functions it called (a profile hook: nothing is patched)."""
+    calls = 0
+
+    def hook(_frame: FrameType, event: str, _arg: object) -> None:
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    sys.setprofile(hook)
+    try:
+        result = op()
+    finally:
+        sys.setprofile(None)
+    return result, calls
+
+
+def test_listing_does_a_bounded_amount_of_python_work_per_session_and_leaves_the_store_cache_alone(
+        tmp_path: pathlib.Path) -> None:
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    n = 40
+    for i in range(n):
+        store.append(f"s{i}", ChatMessage("user", "hi"))
+        store.set_session_name(f"s{i}", f"n{i}")
+        store.get_message_count(f"s{i}")
+    other = SessionStore(str(tmp_path / "store"), durability="flush")  # a fresh store: an empty cache
+    want = other.list_sessions_with_metadata()
+    got, calls = _python_calls_during(other.list_sessions_with_metadata)
+    assert got == want and len(want) == n
+    # the scan, the transcript's lstat, the sidecar's and the control file's reads, the
+    # metadata: each a few calls through the platform seam, about 28 in all per session
+    assert calls <= 32 * n + 40, calls / n
+    # a listing builds the session files it needs without filling the store's cache of
+    # them (a listing of more sessions than it holds would evict every warm session)
+    assert other._root._files == {}
+
+
+_SIDECARS = [
+    None, {}, {"key": "k", "format": 1},
+    {"key": "k", "format": 1, "name": "n", "agent_alias": "a", "principal_id": "p", "state": "running",
+     "turn_id": "t", "created_at": 1_700_000_000_123, "trim_breadcrumb": True, "context": {"a": "b", "c": 1},
+     "parent": "p0", "fork_point": "f0"},
+    {"name": 1, "agent_alias": [], "principal_id": None, "state": "asleep", "turn_id": "t", "created_at": "x",
+     "trim_breadcrumb": 1, "context": [], "parent": {}, "fork_point": 2.5},
+    {"state": ["running"], "turn_id": 3, "created_at": True, "context": {}},
+    {"state": "idle", "turn_id": None, "created_at": -5, "trim_breadcrumb": False, "context": {1: "x", "y": "z"}},
+]
+
+
+@pytest.mark.parametrize("meta", _SIDECARS)
+def test_a_listed_sessions_metadata_is_read_field_by_field(meta: dict[str, object] | None) -> None:
+    want = SessionMetadata(
+        key="k", name=sidecar.text(meta, "name"), agent_alias=sidecar.text(meta, "agent_alias"),
+        principal_id=sidecar.text(meta, "principal_id"), state=sidecar.state(meta),
+        turn_id=sidecar.text(meta, "turn_id") if sidecar.state(meta) else None,
+        created_at=sidecar.from_ms(sidecar.millis(meta, "created_at")),
+        updated_at=datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=timezone.utc), message_count=3, size_bytes=9,
+        trim_breadcrumb=meta.get("trim_breadcrumb") if meta and isinstance(meta.get("trim_breadcrumb"), bool) else None,
+        context=sidecar.context(meta), parent=sidecar.text(meta, "parent"),
+        fork_point=sidecar.text(meta, "fork_point"))
+    assert sidecar.describe("k", meta, 3, 9, 1_700_000_000_123_456_789) == want
 
 
 # -- search: blocks ruled out by byte searches, results unchanged --------------------------

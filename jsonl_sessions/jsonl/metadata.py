@@ -26,7 +26,7 @@ from ..errors import CorruptMetadataError, SessionStoreError
 from ..types import SessionMetadata, SessionState
 from . import reads as snapshot
 from . import sidecar
-from .control import peek_head, read_head
+from .control import peek_count, read_head
 from .layout import SessionFiles, read_sidecar, scan
 from .messages import delete, log, update_sidecar
 from .txn import Root, mutate
@@ -108,8 +108,11 @@ def looks(root: Root) -> Iterator[tuple[SessionFiles, Look]]:
     session is still looked at), a transcript that cannot even be stat'ed is logged and
     skipped: one bad session never fails a listing."""
     entries, controls = scan(root.path)
+    prefix = os.path.join(root.path, "")
     for key, stem in entries:
-        files = root.files(key, stem)
+        # Not the store's cache of session files (root.files): a listing of more sessions
+        # than it holds would evict all of it, closing the kept transcripts of warm sessions.
+        files = SessionFiles.in_dir(prefix, root.path, key, stem)
         try:
             found = look(files, control_seen=stem in controls)
         except OSError as exc:
@@ -145,8 +148,10 @@ def cached_count(files: SessionFiles, st: os.stat_result, *, seen: bool = False)
     visible end, a removal): then the full consistent count applies. A cache entry is
     written under the guard for the state it names, so a match is that file's count.
     ``seen``: a directory scan just saw the control file as a regular file
-    (:func:`jsonl_sessions.jsonl.control.peek_head`: no ``fstat``, no ``fcntl``)."""
-    head = peek_head(files.lock, key=files.key) if seen else read_head(files.lock, key=files.key)
+    (:func:`jsonl_sessions.jsonl.control.peek_count`: no ``fstat``, no ``fcntl``)."""
+    if seen:
+        return peek_count(files.lock, st, files.key)
+    head = read_head(files.lock, key=files.key)
     cache = head.cache
     if (head.seq & 1 or head.pending or head.visible is not None or head.retired or cache is None
             or not cache.matches(st, head.seq)):
