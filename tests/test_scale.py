@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
+from itertools import accumulate
 from types import FrameType
 
 import orjson
@@ -279,6 +280,53 @@ def test_search_decodes_no_line_of_a_block_that_cannot_hold_the_keyword(tmp_path
     assert [m.key for m in found] == ["k"]  # type: ignore[attr-defined]
 
 
+
+def test_search_hands_each_read_to_the_prefilter_as_it_was_read(tmp_path: pathlib.Path) -> None:
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    store.append_many("k", [ChatMessage("user", f"line {i} " + "wörds " * (i % 50)) for i in range(9000)])
+    size = (tmp_path / "store" / (key_to_stem("k") + ".jsonl")).stat().st_size
+    assert size > 2 * CHUNK_BYTES
+    target = records.Prefilter.candidates.__code__
+    handed: list[tuple[int, int]] = []
+
+    def hook(frame: FrameType, event: str, _arg: object) -> None:
+        if event == "call" and frame.f_code is target:
+            block = frame.f_locals["block"]
+            end = frame.f_locals.get("end")
+            handed.append((len(block), len(block) if end is None else end))
+
+    sys.setprofile(hook)
+    try:
+        assert store.search(SessionQuery("absent")) == []
+    finally:
+        sys.setprofile(None)
+    # every block but the last is a whole read of CHUNK_BYTES (not a copy cut at its last
+    # newline and joined to the rest of the line by the next one); the complete lines of
+    # each follow on
+    assert len(handed) >= 3 and all(n == CHUNK_BYTES for n, _end in handed[:-1])
+    assert sum(end for _n, end in handed) == size
+    # each byte is read once, plus the part of a line a read ends in
+    assert sum(n for n, _end in handed) < size + len(handed) * 400
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=30),
+       torn=st.binary(max_size=30).filter(lambda b: b"\n" not in b), block=st.integers(1, 64))
+def test_search_blocks_are_the_complete_lines_in_order(tmp_path_factory: pytest.TempPathFactory, lines: list[bytes],
+                                                       torn: bytes, block: int) -> None:
+    data = b"".join(line + b"\n" for line in lines) + torn
+    path = tmp_path_factory.mktemp("blocks") / "t.jsonl"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = list(search.line_blocks(fd, len(data), block))
+    finally:
+        os.close(fd)
+    assert b"".join(chunk[:end] for _start, chunk, end in got) == data[: len(data) - len(torn)]
+    assert [start for start, _chunk, _end in got] == list(accumulate([0] + [end for _s, _c, end in got]))[:-1]
+    assert all(chunk[end - 1 : end] == b"\n" for _start, chunk, end in got)
+
+
 def _plain_mentions(lines: list[bytes], needle: str) -> bool:
     """The definition: some complete line decodes to a record with text containing needle."""
     for line in lines:
@@ -320,6 +368,8 @@ def test_the_block_prefilter_never_changes_what_search_finds(contents: list[tupl
     block = b"".join(line + b"\n" for line in lines)
     want = _plain_mentions(lines, folded)
     assert search.block_mentions(block, folded, records.Prefilter(folded)) == want
+    for tail in lines[:1] + junk[:1]:  # bytes after the end (the start of the next line) never count
+        assert search.block_mentions(block + tail, folded, records.Prefilter(folded), len(block)) == want
     for line in lines:  # and line by line, each its own block
         one = search.block_mentions(line + b"\n", folded, records.Prefilter(folded))
         assert one == _plain_mentions([line], folded)
