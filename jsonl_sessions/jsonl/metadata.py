@@ -130,10 +130,12 @@ def listed(root: Root, files: SessionFiles, found: Look) -> SessionMetadata | No
     transcript or control file unreadable, or not a regular file) is listed all the same,
     with ``message_count`` 0 and a logged warning, so one bad session never fails a
     listing of the others."""
+    st = found.transcript
     try:
-        count = cached_count(files, found.transcript, seen=found.control_seen)
+        count = peek_count(files.lock, st, files.key) if found.control_seen else cached_count(files, st)
         if count is not None:
-            return sidecar.describe(files.key, found.meta, count, found.transcript.st_size, found.activity_ns)
+            return sidecar.describe(files.key, found.meta, count, st.st_size,
+                                    max(st.st_mtime_ns, found.sidecar_mtime_ns or 0))
         return metadata(root, files, found)
     except (OSError, SessionStoreError) as exc:
         log.warning("cannot count the messages of session %r: %s (listed with message_count 0)", files.key, exc)
