@@ -56,7 +56,7 @@ def encode_record(record: dict[str, Any], key: str | None = None) -> bytes:
         line = _dumps(record, option=_DUMPS_OPTIONS)
     except TypeError as exc:
         raise SerializationError(key=key, reason=str(exc)) from None
-    if b"null" in line and has_non_finite_float(record):
+    if _has_null(line) and has_non_finite_float(record):
         raise SerializationError(key=key, reason="NaN and infinities are not JSON numbers")
     return line
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import codec
 from .errors import DuplicateMessageError, InvalidMessageError
-from .types import ChatMessage
+from .types import RESERVED_FIELDS, ChatMessage
 
 ULID_LENGTH = 26
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -166,12 +166,16 @@ def assign_ids(
     prev = previous
     while i < n:
         m = messages[i]
-        mid = m.id
+        data = m._data
+        mid = data.get("id")
         if mid:
             if prev is not None and mid <= prev:
                 raise _order_error(key, mid, prev, records, exists)
-            created = m.created_at
-            records.append(record_of(m, mid, now if created is None else created))
+            created = data.get("created_at")
+            if created is not None and data.get("kind") and tuple(data)[:5] == RESERVED_FIELDS:
+                records.append(data)  # already its own record: codec.record_of's first case, inlined
+            else:
+                records.append(record_of(m, mid, now if created is None else created))
             prev = mid
             i += 1
             continue
