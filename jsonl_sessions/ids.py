@@ -21,7 +21,7 @@ from typing import Any
 
 from . import codec
 from .errors import DuplicateMessageError, InvalidMessageError
-from .types import ChatMessage
+from .types import RESERVED_FIELDS, ChatMessage
 
 ULID_LENGTH = 26
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -161,15 +161,22 @@ def assign_ids(
             raise _no_id_after(key, previous)
         return [codec.record_of(m, nxt, now if m.created_at is None else m.created_at)]
     records: list[dict[str, Any]] = []
+    record_of = codec.record_of
     i = 0
     prev = previous
     while i < n:
         m = messages[i]
-        if m.id:
-            if prev is not None and m.id <= prev:
-                raise _order_error(key, m.id, prev, records, exists)
-            records.append(codec.record_of(m, m.id, now if m.created_at is None else m.created_at))
-            prev = m.id
+        data = m._data
+        mid = data.get("id")
+        if mid:
+            if prev is not None and mid <= prev:
+                raise _order_error(key, mid, prev, records, exists)
+            created = data.get("created_at")
+            if created is not None and data.get("kind") and tuple(data)[:5] == RESERVED_FIELDS:
+                records.append(data)  # already its own record: codec.record_of's first case, inlined
+            else:
+                records.append(record_of(m, mid, now if created is None else created))
+            prev = mid
             i += 1
             continue
         j = i + 1

@@ -14,8 +14,8 @@ from typing import Any
 
 from . import codec
 
-_ASCII = bytes(range(128))
-_U_ESCAPE = re.compile(rb"\\u")
+_U_ESCAPE = re.compile(rb"\\u").search
+_NON_ASCII = re.compile(rb"[\x80-\xff]").search
 
 
 def texts(content: Any) -> Iterator[str]:
@@ -60,37 +60,51 @@ class Prefilter:
     a casefolded text comes from ASCII characters written as they are: the candidates are
     the lines holding the needle in the block lowercased (ASCII letters only). Otherwise
     every line is a candidate.
+
+    Each search is a compiled literal (the regex engine skips to a literal's first byte
+    faster than ``bytes.find`` does); those characters are looked for by their UTF-8
+    lead byte first (one ``memchr``; UTF-8 never puts a lead byte inside another
+    character), and only the groups whose lead byte the block holds are searched.
     """
 
-    __slots__ = ("ascii", "literal", "specials")
+    __slots__ = ("_find", "ascii", "leads", "literal")
 
     def __init__(self, needle: str) -> None:
         self.ascii = needle.encode("ascii") if needle.isascii() else None
         self.literal = bool(needle) and self.ascii is not None and not any(c in '"\\/' or c < " " for c in needle)
         found = sorted({c.encode("utf-8") for ch in set(needle) for c in FOLDS_TO_ASCII.get(ch, "")})
-        self.specials = re.compile(b"|".join(map(re.escape, found))) if found else None
+        groups: dict[bytes, list[bytes]] = {}
+        for encoded in found:
+            groups.setdefault(encoded[:1], []).append(encoded)
+        #: (lead byte, search for the characters starting with it), per lead byte.
+        self.leads = [(lead, re.compile(b"|".join(map(re.escape, chars))).search) for lead, chars in groups.items()]
+        self._find = re.compile(re.escape(self.ascii)).search if self.literal and self.ascii else None
 
-    def candidates(self, block: bytes) -> list[bytes] | None:
-        """The lines of ``block`` (complete lines, each ending with a newline, without its
-        newline) that may mention the needle; None when every line may. O(len(block))."""
-        if _U_ESCAPE.search(block):  # (the regex engine finds a literal faster than ``in`` does)
+    def candidates(self, block: bytes, end: int | None = None) -> list[bytes] | None:
+        """The lines of ``block[:end]`` (complete lines, each ending with a newline; bytes
+        after ``end`` are ignored) that may mention the needle, without their newlines;
+        None when every line may. O(len(block))."""
+        if end is None:
+            end = len(block)
+        if _U_ESCAPE(block, 0, end):
             return None
         if self.ascii is None:
-            return [] if block.isascii() else None
-        if not self.literal:
+            return [] if block.isascii() or _NON_ASCII(block, 0, end) is None else None
+        find = self._find
+        if find is None:
             return None
-        # Searched among the block's non-ASCII bytes alone (a few percent of mixed text, one
-        # pass): deleting ASCII bytes never joins two characters into another one's UTF-8.
-        if self.specials is not None and not block.isascii() and self.specials.search(block.translate(None, _ASCII)):
-            return None
+        if not block.isascii():
+            for lead, search in self.leads:
+                if block.find(lead, 0, end) != -1 and search(block, 0, end):
+                    return None
         lowered = block.lower()
-        needle = self.ascii
         out = []
-        at = lowered.find(needle)
-        while at != -1:
-            end = block.index(b"\n", at)  # the needle holds no newline: the match is in one line
-            out.append(block[block.rfind(b"\n", 0, at) + 1 : end])
-            at = lowered.find(needle, end + 1)
+        match = find(lowered, 0, end)
+        while match is not None:
+            at = match.start()
+            stop = block.index(b"\n", at)  # the needle holds no newline: the match is in one line
+            out.append(block[block.rfind(b"\n", 0, at) + 1 : stop])
+            match = find(lowered, stop + 1, end)
         return out
 
 

@@ -160,16 +160,20 @@ def read_head(path: str, record_bytes: int | None = 1, key: str | None = None) -
         _platform.close(fd)
 
 
-def peek_head(path: str, key: str | None = None) -> Head:
-    """:func:`read_head` (no record) of a control file a directory scan just saw as a
-    regular file: open (never following a symlink, never waiting), one read, close; no
-    ``fstat`` and no ``fcntl``. Should it have become something else since, the read
-    fails (a FIFO or directory cannot be ``pread``) rather than blocks; a file system that
-    honours ``O_NONBLOCK`` on a regular file gets the full :func:`read_head`."""
+def peek_count(path: str, st: os.stat_result, key: str | None = None) -> int | None:
+    """The count cache's line count of the transcript whose ``lstat`` is ``st``, read off
+    a control file a directory scan just saw as a regular file: open (never following a
+    symlink, never waiting), one read, close; no ``fstat`` and no ``fcntl``. Should it have
+    become something else since, the read fails (a FIFO or directory cannot be ``pread``)
+    rather than blocks; a file system that honours ``O_NONBLOCK`` on a regular file gets
+    :func:`read_head`. None when there is no control file, or anything is in flight (an
+    odd counter, a record, a visible end or the retired mark in bytes 0-7), or the cache
+    does not describe exactly that file (inode, size, mtime) at the current counter: what
+    :func:`decode_head` and :meth:`CountCache.matches` say, from one ``unpack``."""
     try:
         fd = _platform.open_file(path, os.O_RDONLY)
     except FileNotFoundError:
-        return Head(0, None, None)
+        return None
     except OSError as exc:
         if exc.errno in _platform.SYMLINK_ERRNOS or exc.errno in _platform.NOT_REGULAR_ERRNOS:
             raise UnsafePathError(key=key, path=path) from None
@@ -180,7 +184,20 @@ def peek_head(path: str, key: str | None = None) -> Head:
         raw = None
     finally:
         _platform.close(fd)
-    return read_head(path, key=key) if raw is None else decode_head(raw)
+    if raw is None:  # a file system that honours O_NONBLOCK on a regular file
+        head = read_head(path, key=key)
+        cache = head.cache
+        if (head.seq & 1 or head.pending or head.visible is not None or head.retired or cache is None
+                or not cache.matches(st, head.seq)):
+            return None
+        return cache.lines
+    if len(raw) < RECORD_OFFSET or (len(raw) > RECORD_OFFSET and raw[RECORD_OFFSET]):
+        return None
+    visible, seq, ino, size, mtime, lines, cache_seq = _FIXED.unpack_from(raw)
+    if (visible or seq & 1 or not ino or ino != st.st_ino or size != st.st_size or mtime != st.st_mtime_ns
+            or cache_seq != seq):
+        return None
+    return lines  # type: ignore[no-any-return]
 
 
 def encode_record(record: Record) -> bytes:

@@ -148,10 +148,17 @@ class SessionFiles:
         """The files of ``key`` in ``root``; ``stem`` defaults to the key's (validating the
         key: :class:`InvalidSessionKeyError`)."""
         stem = key_to_stem(key) if stem is None else stem
-        base = os.path.join(root, stem)  # the same paths as os.path.join(root, name), one join
-        hidden = base[: len(base) - len(stem)] + "."
+        return cls.in_dir(os.path.join(root, ""), root, key, stem)
+
+    @classmethod
+    def in_dir(cls, prefix: str, root: str, key: str, stem: str) -> SessionFiles:
+        """:meth:`of` with the stem known and ``prefix`` = ``os.path.join(root, "")``
+        computed once for many sessions (a stem holds no separator, so ``prefix + name``
+        is ``os.path.join(root, name)``)."""
+        base = prefix + stem
+        hidden = prefix + "." + stem
         return cls(root, key, stem, base + TRANSCRIPT_SUFFIX, base + SIDECAR_SUFFIX, base + LOCK_SUFFIX,
-                   hidden + stem + TRANSCRIPT_SUFFIX + TMP_SUFFIX, hidden + stem + SIDECAR_SUFFIX + TMP_SUFFIX)
+                   hidden + TRANSCRIPT_SUFFIX + TMP_SUFFIX, hidden + SIDECAR_SUFFIX + TMP_SUFFIX)
 
     @property
     def temps(self) -> tuple[str, str]:

@@ -26,7 +26,7 @@ from ..errors import CorruptMetadataError, SessionStoreError
 from ..types import SessionMetadata
 from . import control as snapshot
 from . import sidecar
-from .control import peek_head, read_head
+from .control import peek_count, read_head
 from .layout import SessionFiles, read_sidecar, scan
 from .session import Session
 from .txn import Root, mutate
@@ -110,8 +110,11 @@ def looks(root: Root) -> Iterator[tuple[SessionFiles, Look]]:
     session is still looked at), a transcript that cannot even be stat'ed is logged and
     skipped: one bad session never fails a listing."""
     entries, controls = scan(root.path)
+    prefix = os.path.join(root.path, "")
     for key, stem in entries:
-        files = root.files(key, stem)
+        # Not the store's cache of session files (root.files): a listing of more sessions
+        # than it holds would evict all of it, closing the kept transcripts of warm sessions.
+        files = SessionFiles.in_dir(prefix, root.path, key, stem)
         try:
             found = look(files, control_seen=stem in controls)
         except OSError as exc:
@@ -129,10 +132,12 @@ def listed(root: Root, files: SessionFiles, found: Look) -> SessionMetadata | No
     transcript or control file unreadable, or not a regular file) is listed all the same,
     with ``message_count`` 0 and a logged warning, so one bad session never fails a
     listing of the others."""
+    st = found.transcript
     try:
-        count = cached_count(files, found.transcript, seen=found.control_seen)
+        count = peek_count(files.lock, st, files.key) if found.control_seen else cached_count(files, st)
         if count is not None:
-            return sidecar.describe(files.key, found.meta, count, found.transcript.st_size, found.activity_ns)
+            return sidecar.describe(files.key, found.meta, count, st.st_size,
+                                    max(st.st_mtime_ns, found.sidecar_mtime_ns or 0))
         return metadata(root, files, found)
     except (OSError, SessionStoreError) as exc:
         log.warning("cannot count the messages of session %r: %s (listed with message_count 0)", files.key, exc)
@@ -147,8 +152,10 @@ def cached_count(files: SessionFiles, st: os.stat_result, *, seen: bool = False)
     visible end, a removal): then the full consistent count applies. A cache entry is
     written under the guard for the state it names, so a match is that file's count.
     ``seen``: a directory scan just saw the control file as a regular file
-    (:func:`jsonl_sessions.jsonl.control.peek_head`: no ``fstat``, no ``fcntl``)."""
-    head = peek_head(files.lock, key=files.key) if seen else read_head(files.lock, key=files.key)
+    (:func:`jsonl_sessions.jsonl.control.peek_count`: no ``fstat``, no ``fcntl``)."""
+    if seen:
+        return peek_count(files.lock, st, files.key)
+    head = read_head(files.lock, key=files.key)
     cache = head.cache
     if (head.seq & 1 or head.pending or head.visible is not None or head.retired or cache is None
             or not cache.matches(st, head.seq)):

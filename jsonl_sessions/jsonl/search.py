@@ -11,14 +11,15 @@ any other line is decoded and checked exactly. Takes no lock (each read is a con
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
-from .. import records
+from .. import _platform, records
 from ..base import search_order, search_results
 from ..errors import SessionStoreError
 from ..types import SessionMetadata
 from . import control as snapshot
 from .layout import SessionFiles
-from .lines import BOM, iter_blocks
+from .lines import BOM, CHUNK_BYTES, iter_blocks
 from .metadata import listed, looks
 from .txn import Root
 
@@ -41,13 +42,14 @@ def mentions(root: Root, files: SessionFiles, needle: str) -> bool:
     return mentions_in(root, files, needle, prefilter)
 
 
-def block_mentions(block: bytes, needle: str, prefilter: records.Prefilter) -> bool:
-    """Whether a line of ``block`` (complete lines, each ending with a newline) has text
-    containing ``needle``: only the lines byte searches leave as candidates are checked
-    (:class:`~jsonl_sessions.records.Prefilter`), each exactly."""
-    lines = prefilter.candidates(block)
+def block_mentions(block: bytes, needle: str, prefilter: records.Prefilter, end: int | None = None) -> bool:
+    """Whether a line of ``block[:end]`` (complete lines, each ending with a newline;
+    default: all of ``block``) has text containing ``needle``: only the lines byte
+    searches leave as candidates are checked (:class:`~jsonl_sessions.records.Prefilter`),
+    each exactly."""
+    lines = prefilter.candidates(block, end)
     if lines is None:
-        lines = block.split(b"\n")
+        lines = (block if end is None or end == len(block) else block[:end]).split(b"\n")
         lines.pop()  # the empty piece after the final newline
     ascii_needle = prefilter.ascii
     return any(records.mentions(line, needle, ascii_needle) for line in lines)
@@ -57,10 +59,10 @@ def mentions_in(root: Root, files: SessionFiles, needle: str, prefilter: records
     """:func:`mentions` with the needle's prefilter already made."""
 
     def scan(fd: int, size: int) -> bool:
-        for start, block in iter_blocks(fd, 0, size):
+        for start, block, end in line_blocks(fd, size):
             if start == 0 and block.startswith(BOM):
-                block = block[len(BOM):]
-            if block_mentions(block, needle, prefilter):
+                block, end = block[len(BOM):end], end - len(BOM)
+            if block_mentions(block, needle, prefilter, end):
                 return True
         return False
 
@@ -69,3 +71,31 @@ def mentions_in(root: Root, files: SessionFiles, needle: str, prefilter: records
     except (OSError, SessionStoreError) as exc:  # unreadable, or not a regular file: not a match
         log.warning("cannot search session %r: %s", files.key, exc)
         return False
+
+
+def line_blocks(fd: int, size: int, block: int = CHUNK_BYTES) -> Iterator[tuple[int, bytes, int]]:
+    """``(start, data, end)`` for runs of complete lines of the first ``size`` bytes:
+    ``data[:end]`` are the lines from offset ``start``, each ending with a newline (a
+    torn tail is not yielded). Each read is ``block`` bytes; the part of a line it ends in
+    is read again by the next read rather than copied and joined (``data`` is the read
+    itself: no copy of a block is made); a line longer than a block is read in blocks
+    and joined. No read asks for more than ``block`` bytes. Cost: O(bytes read) plus the
+    partial lines read twice (one line per read)."""
+    at = 0
+    while at < size:
+        n = min(block, size - at)
+        data = _platform.pread(fd, n, at)
+        end = data.rfind(b"\n") + 1
+        if end == 0:
+            if len(data) < n or at + n >= size:  # no newline before the end: a torn tail
+                return
+            # A line longer than a block: read on in blocks and join them (iter_blocks).
+            for start, joined in iter_blocks(fd, at, size, block):
+                yield start, joined, len(joined)
+                at = start + len(joined)
+                break
+            else:
+                return
+            continue
+        yield at, data, end
+        at += end

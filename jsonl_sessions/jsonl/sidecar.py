@@ -108,33 +108,44 @@ def run_state(sidecar: Mapping[str, Any] | None) -> SessionState | None:
 
 def from_ms(ms: int | None) -> datetime | None:
     """Milliseconds since the epoch as an aware UTC datetime (None stays None)."""
-    return None if ms is None else EPOCH + timedelta(milliseconds=ms)
+    return None if ms is None else EPOCH + timedelta(0, 0, 0, ms)  # (positional: no keyword parsing per call)
 
 
 def from_ns(ns: int) -> datetime:
     """Nanoseconds since the epoch as an aware UTC datetime (microsecond precision)."""
-    return EPOCH + timedelta(microseconds=ns // 1000)
+    return EPOCH + timedelta(0, 0, ns // 1000)
 
 
 def describe(key: str, sidecar: Mapping[str, Any] | None, count: int, size: int, activity_ns: int) -> SessionMetadata:
     """The public metadata of session ``key`` from its metadata object (None: unreadable
     or absent, then only the stats are known), message count, size in bytes and last
     activity (ns since the epoch). A field of the wrong type reads as absent."""
-    crumb = None if sidecar is None else sidecar.get("trim_breadcrumb")
-    run_state = state(sidecar)
+    if sidecar is None:
+        return SessionMetadata(key, None, None, None, None, None, None, from_ns(activity_ns), count, size, None, {},
+                               None, None)
+    # The typed reads of text(), millis(), state() and context(), inlined: a listing
+    # describes every session. Positional, in field order (key, name, agent_alias,
+    # principal_id, state, turn_id, created_at, updated_at, message_count, size_bytes,
+    # trim_breadcrumb, context, parent, fork_point): keywords cost more to match.
+    get = sidecar.get
+    name, alias, principal, run_state, turn, created, crumb, ctx, parent, fork = (
+        get("name"), get("agent_alias"), get("principal_id"), get("state"), get("turn_id"), get("created_at"),
+        get("trim_breadcrumb"), get("context"), get("parent"), get("fork_point"))
+    if type(run_state) is not str or run_state not in SESSION_STATES:
+        run_state = None
     return SessionMetadata(
-        key=key,
-        name=text(sidecar, "name"),
-        agent_alias=text(sidecar, "agent_alias"),
-        principal_id=text(sidecar, "principal_id"),
-        state=run_state,
-        turn_id=text(sidecar, "turn_id") if run_state is not None else None,
-        created_at=from_ms(millis(sidecar, "created_at")),
-        updated_at=from_ns(activity_ns),
-        message_count=count,
-        size_bytes=size,
-        trim_breadcrumb=crumb if isinstance(crumb, bool) else None,
-        context=context(sidecar),
-        parent=text(sidecar, "parent"),
-        fork_point=text(sidecar, "fork_point"),
+        key,
+        name if type(name) is str else None,
+        alias if type(alias) is str else None,
+        principal if type(principal) is str else None,
+        run_state,
+        turn if run_state is not None and type(turn) is str else None,
+        None if type(created) is not int else EPOCH + timedelta(0, 0, 0, created),
+        EPOCH + timedelta(0, 0, activity_ns // 1000),
+        count,
+        size,
+        crumb if isinstance(crumb, bool) else None,
+        context(sidecar) if ctx else {},
+        parent if type(parent) is str else None,
+        fork if type(fork) is str else None,
     )

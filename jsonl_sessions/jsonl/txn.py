@@ -34,7 +34,7 @@ import contextlib
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
@@ -357,16 +357,8 @@ class Tx:
         A torn tail of the open transcript it replaces is saved first (:meth:`save_torn`)."""
         if self.fd != -1 and self.tail().torn:
             self.save_torn()
-        lines = 0
-
-        def counted() -> Iterator[bytes]:
-            nonlocal lines
-            for chunk in chunks:
-                lines += chunk.count(b"\n")
-                yield chunk
-
         self.forget()
-        write_temp(self.files.tmp_transcript, counted(), self.durable)
+        lines = write_temp(self.files.tmp_transcript, chunks, self.durable).lines
         try:
             rename_over(self.guard, self.files.tmp_transcript, self.files.transcript)
         except BaseException:

@@ -9,6 +9,8 @@ import pathlib
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import datetime, timezone
+from itertools import accumulate
 from types import FrameType
 
 import orjson
@@ -20,14 +22,17 @@ from syscalls import SyscallProbe
 from jsonl_sessions import (
     ChatMessage,
     CorruptTranscriptError,
+    SessionMetadata,
     SessionQuery,
     SessionStore,
     codec,
+    ids,
     records,
 )
-from jsonl_sessions.jsonl import search, transcript
+from jsonl_sessions.jsonl import search, sidecar, transcript
 from jsonl_sessions.jsonl.lines import BOM, CHUNK_BYTES
 from jsonl_sessions.keys import key_to_stem
+from jsonl_sessions.types import from_record
 
 
 def run_python(code: str) -> str:
@@ -177,6 +182,70 @@ def test_a_stale_count_cache_still_gives_the_exact_count_in_a_listing(tmp_path: 
     assert [m.message_count for m in store.list_sessions_with_metadata()] == [2]
 
 
+
+def _python_calls_during(op: Callable[[], object]) -> tuple[object, int]:
+    """``op()`` and how many Python functions it called (a profile hook: nothing is patched)."""
+    calls = 0
+
+    def hook(_frame: FrameType, event: str, _arg: object) -> None:
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    sys.setprofile(hook)
+    try:
+        result = op()
+    finally:
+        sys.setprofile(None)
+    return result, calls
+
+
+def test_listing_does_a_bounded_amount_of_python_work_per_session_and_leaves_the_store_cache_alone(
+        tmp_path: pathlib.Path) -> None:
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    n = 40
+    for i in range(n):
+        store.append(f"s{i}", ChatMessage("user", "hi"))
+        store.set_session_name(f"s{i}", f"n{i}")
+        store.get_message_count(f"s{i}")
+    other = SessionStore(str(tmp_path / "store"), durability="flush")  # a fresh store: an empty cache
+    want = other.list_sessions_with_metadata()
+    got, calls = _python_calls_during(other.list_sessions_with_metadata)
+    assert got == want and len(want) == n
+    # the scan, the transcript's lstat, the sidecar's and the control file's reads, the
+    # metadata: each a few calls through the platform seam, about 28 in all per session
+    assert calls <= 32 * n + 40, calls / n
+    # a listing builds the session files it needs without filling the store's cache of
+    # them (a listing of more sessions than it holds would evict every warm session)
+    assert other._root._files == {}
+
+
+_SIDECARS = [
+    None, {}, {"key": "k", "format": 1},
+    {"key": "k", "format": 1, "name": "n", "agent_alias": "a", "principal_id": "p", "state": "running",
+     "turn_id": "t", "created_at": 1_700_000_000_123, "trim_breadcrumb": True, "context": {"a": "b", "c": 1},
+     "parent": "p0", "fork_point": "f0"},
+    {"name": 1, "agent_alias": [], "principal_id": None, "state": "asleep", "turn_id": "t", "created_at": "x",
+     "trim_breadcrumb": 1, "context": [], "parent": {}, "fork_point": 2.5},
+    {"state": ["running"], "turn_id": 3, "created_at": True, "context": {}},
+    {"state": "idle", "turn_id": None, "created_at": -5, "trim_breadcrumb": False, "context": {1: "x", "y": "z"}},
+]
+
+
+@pytest.mark.parametrize("meta", _SIDECARS)
+def test_a_listed_sessions_metadata_is_read_field_by_field(meta: dict[str, object] | None) -> None:
+    want = SessionMetadata(
+        key="k", name=sidecar.text(meta, "name"), agent_alias=sidecar.text(meta, "agent_alias"),
+        principal_id=sidecar.text(meta, "principal_id"), state=sidecar.state(meta),
+        turn_id=sidecar.text(meta, "turn_id") if sidecar.state(meta) else None,
+        created_at=sidecar.from_ms(sidecar.millis(meta, "created_at")),
+        updated_at=datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=timezone.utc), message_count=3, size_bytes=9,
+        trim_breadcrumb=meta.get("trim_breadcrumb") if meta and isinstance(meta.get("trim_breadcrumb"), bool) else None,
+        context=sidecar.context(meta), parent=sidecar.text(meta, "parent"),
+        fork_point=sidecar.text(meta, "fork_point"))
+    assert sidecar.describe("k", meta, 3, 9, 1_700_000_000_123_456_789) == want
+
+
 # -- search: blocks ruled out by byte searches, results unchanged --------------------------
 def _decodes_during(op: Callable[[], object]) -> tuple[object, int]:
     """``op()`` and how many lines it decoded (calls of ``codec.decode_record``, counted with
@@ -209,6 +278,53 @@ def test_search_decodes_no_line_of_a_block_that_cannot_hold_the_keyword(tmp_path
 
     found, decoded = _decodes_during(lambda: store.search(SessionQuery("KÖLN 2999")))
     assert [m.key for m in found] == ["k"]  # type: ignore[attr-defined]
+
+
+
+def test_search_hands_each_read_to_the_prefilter_as_it_was_read(tmp_path: pathlib.Path) -> None:
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    store.append_many("k", [ChatMessage("user", f"line {i} " + "wörds " * (i % 50)) for i in range(9000)])
+    size = (tmp_path / "store" / (key_to_stem("k") + ".jsonl")).stat().st_size
+    assert size > 2 * CHUNK_BYTES
+    target = records.Prefilter.candidates.__code__
+    handed: list[tuple[int, int]] = []
+
+    def hook(frame: FrameType, event: str, _arg: object) -> None:
+        if event == "call" and frame.f_code is target:
+            block = frame.f_locals["block"]
+            end = frame.f_locals.get("end")
+            handed.append((len(block), len(block) if end is None else end))
+
+    sys.setprofile(hook)
+    try:
+        assert store.search(SessionQuery("absent")) == []
+    finally:
+        sys.setprofile(None)
+    # every block but the last is a whole read of CHUNK_BYTES (not a copy cut at its last
+    # newline and joined to the rest of the line by the next one); the complete lines of
+    # each follow on
+    assert len(handed) >= 3 and all(n == CHUNK_BYTES for n, _end in handed[:-1])
+    assert sum(end for _n, end in handed) == size
+    # each byte is read once, plus the part of a line a read ends in
+    assert sum(n for n, _end in handed) < size + len(handed) * 400
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=30),
+       torn=st.binary(max_size=30).filter(lambda b: b"\n" not in b), block=st.integers(1, 64))
+def test_search_blocks_are_the_complete_lines_in_order(tmp_path_factory: pytest.TempPathFactory, lines: list[bytes],
+                                                       torn: bytes, block: int) -> None:
+    data = b"".join(line + b"\n" for line in lines) + torn
+    path = tmp_path_factory.mktemp("blocks") / "t.jsonl"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = list(search.line_blocks(fd, len(data), block))
+    finally:
+        os.close(fd)
+    assert b"".join(chunk[:end] for _start, chunk, end in got) == data[: len(data) - len(torn)]
+    assert [start for start, _chunk, _end in got] == list(accumulate([0] + [end for _s, _c, end in got]))[:-1]
+    assert all(chunk[end - 1 : end] == b"\n" for _start, chunk, end in got)
 
 
 def _plain_mentions(lines: list[bytes], needle: str) -> bool:
@@ -252,6 +368,8 @@ def test_the_block_prefilter_never_changes_what_search_finds(contents: list[tupl
     block = b"".join(line + b"\n" for line in lines)
     want = _plain_mentions(lines, folded)
     assert search.block_mentions(block, folded, records.Prefilter(folded)) == want
+    for tail in lines[:1] + junk[:1]:  # bytes after the end (the start of the next line) never count
+        assert search.block_mentions(block + tail, folded, records.Prefilter(folded), len(block)) == want
     for line in lines:  # and line by line, each its own block
         one = search.block_mentions(line + b"\n", folded, records.Prefilter(folded))
         assert one == _plain_mentions([line], folded)
@@ -265,3 +383,52 @@ def test_the_table_of_non_ascii_characters_folding_to_ascii_is_this_pythons() ->
             if ch.isascii():
                 found.setdefault(ch, set()).add(c)
     assert {k: set(v) for k, v in records.FOLDS_TO_ASCII.items()} == found
+
+
+# -- rewrite_messages: messages read back are encoded as they are, not copied --------------
+def _record_by_fields(m: ChatMessage, message_id: str, created_at: int) -> list[tuple[str, object]]:
+    """The record's definition (docs/format.md): id, created_at, role, kind, content, then the extras."""
+    return [("id", message_id), ("created_at", created_at), ("role", m.role), ("kind", m.kind),
+            ("content", m.content), *m.extra.items()]
+
+
+def test_a_rewrite_of_loaded_messages_reuses_their_records_and_encodes_the_same_lines(tmp_path: pathlib.Path) -> None:
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    store.append_many("k", [ChatMessage("user", f"m{i}", extra={"name": f"n{i}"} if i % 2 else None)
+                            for i in range(50)])
+    path = tmp_path / "store" / (key_to_stem("k") + ".jsonl")
+    before = path.read_bytes()
+    loaded = store.try_load("k")
+
+    got = ids.assign_ids("k", loaded, None, 0)
+    assert all(r is m._data for r, m in zip(got, loaded, strict=True))  # no dict built per message
+    assert b"".join(codec.encode_records(got, "k", 1 << 20)) == before
+    with SyscallProbe() as p:
+        store.rewrite_messages("k", loaded)
+    assert path.read_bytes() == before and store.try_load("k") == loaded
+    assert p.seam["write"] == 1  # one write of the whole (small) transcript
+    assert store.get_message_count("k") == 50
+
+
+@pytest.mark.parametrize("message", [
+    ChatMessage("user", "a", id="01J0000000000000000000000A", created_at=5),
+    ChatMessage("user", "a", id="01J0000000000000000000000A", created_at=5, kind="note", extra={"x": [1.5]}),
+    ChatMessage("user", "a", id="01J0000000000000000000000A"),  # no time: ``now`` is used
+    ChatMessage("user", "a", created_at=5),  # no id: a new one
+    ChatMessage.from_dict({"role": "tool", "content": None, "tool_call_id": "c", "id": "x", "created_at": 1}),
+    # wrapped as they are, in orders and with values a record does not have
+    from_record({"role": "user", "id": "01J0000000000000000000000A", "created_at": 5, "kind": "message",
+                 "content": "a"}),
+    from_record({"id": "01J0000000000000000000000A", "created_at": 5, "role": "user", "kind": "", "content": "a"}),
+    from_record({"id": "01J0000000000000000000000A", "created_at": 5, "role": "user", "kind": "message"}),
+    from_record({"id": "01J0000000000000000000000A", "created_at": None, "role": "user", "kind": "message",
+                 "content": "a", "extra": 1}),
+])
+def test_a_record_is_the_one_its_fields_define(message: ChatMessage) -> None:
+    for message_id, created_at in ((message.id or "01J0000000000000000000000B", message.created_at or 7),
+                                   ("01J0000000000000000000000C", 9)):
+        got = codec.record_of(message, message_id, created_at)
+        assert list(got.items()) == _record_by_fields(message, message_id, created_at)
+        assert orjson.dumps(got) == orjson.dumps(dict(_record_by_fields(message, message_id, created_at)))
+    [record] = ids.assign_ids("k", [message], None, 7)
+    assert list(record.items()) == _record_by_fields(message, record["id"], message.created_at or 7)
