@@ -16,6 +16,7 @@ from jsonl_sessions.ids import next_id, now_ms
 
 _loads = orjson.loads
 _dumps = orjson.dumps
+_NEWLINE = orjson.OPT_APPEND_NEWLINE
 _NL = orjson.OPT_APPEND_NEWLINE
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 Msg = dict[str, Any]
@@ -212,6 +213,12 @@ def atomic_replace_floor(path: str, data: bytes) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(directory)
+
+
+def encode_replace_floor(path: str, records: list[dict[str, Any]]) -> None:
+    """The least a durable rewrite of messages can do: encode each record with orjson (one
+    line each), then :func:`atomic_replace_floor` of the joined bytes."""
+    atomic_replace_floor(path, b"".join([_dumps(r, option=_NEWLINE) for r in records]))
 
 
 def orjson_floor_load(path: str) -> list[Msg]:
