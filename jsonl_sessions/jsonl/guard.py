@@ -1,4 +1,4 @@
-"""The per-session mutation guard, and the session's control file.
+"""The per-session mutation guard, which holds the session's control file open and locked.
 
 One guard per session (per lock file), shared by every :class:`SessionStore` in the
 process: a ``threading.RLock`` (reentrant in a thread, exclusive across threads) plus an
