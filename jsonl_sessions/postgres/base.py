@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from psycopg_pool import ConnectionPool
@@ -139,12 +139,10 @@ class PostgresCore(DatabaseFront):
         return self._schema
 
     # -- guard ---------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def lock(self, key: str) -> Iterator[None]:
-        # see the class docstring and .db for the design
+    def lock(self, key: str) -> contextlib.AbstractContextManager[None]:
+        # see the class docstring and .db for the design; a bad key raises here, not at `with`
         validate_key(key)
-        with self._db.guard(key):
-            yield
+        return self._db.guard(key)
 
     # -- rows ------------------------------------------------------------------------------
     def _read(self, fn: Callable[[Conn], _T]) -> _T:

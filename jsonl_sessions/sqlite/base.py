@@ -12,7 +12,7 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .. import codec, rows
@@ -62,12 +62,10 @@ class SqliteCore(DatabaseFront):
         self._db = Database(self._path, durability=durability, lock_timeout=lock_timeout)
 
     # -- guard ---------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def lock(self, key: str) -> Iterator[None]:
-        # the file's writers' lock: see the class docstring
+    def lock(self, key: str) -> contextlib.AbstractContextManager[None]:
+        # the file's writers' lock: see the class docstring; a bad key raises here, not at `with`
         validate_key(key)
-        with self._db.hold(key):
-            yield
+        return self._db.hold(key)
 
     # -- rows ------------------------------------------------------------------------------
     def _read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:

@@ -95,9 +95,12 @@ class MemorySessionStore(BaseStore):
         with self._locks_mutex:
             return self._locks.setdefault(key, threading.RLock())
 
+    def lock(self, key: str) -> contextlib.AbstractContextManager[None]:
+        validate_key(key)  # a bad key raises here, not at `with`, as on every backend
+        return self._held(key)
+
     @contextlib.contextmanager
-    def lock(self, key: str) -> Iterator[None]:
-        validate_key(key)
+    def _held(self, key: str) -> Iterator[None]:
         guard = self._guard(key)
         if not guard.acquire(timeout=-1 if self._lock_timeout is None else self._lock_timeout):
             raise LockTimeoutError(key=key, path=None, timeout=self._lock_timeout, holder_pid=None)
