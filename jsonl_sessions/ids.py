@@ -2,8 +2,9 @@
 
 Within a session ids are strictly increasing in string order, which for ULIDs is also
 numeric order. :func:`next_id` makes the next id after a given one: a fresh ULID when
-the clock has moved on, else the previous value plus one, so ids stay monotonic within
-one millisecond and after the clock steps backwards.
+the clock has moved on, else the previous value plus a random step (1 to 2**40), so ids
+stay monotonic within one millisecond and after the clock steps backwards, and the id of
+a message removed from the end is not handed out again.
 
 Assigning them (:func:`assign_ids`): a message that carries an id keeps it (it must sort
 after the previous one); a run of messages without ids gets new ULIDs after the previous
@@ -29,6 +30,9 @@ _PAIRS = [_ALPHABET[i >> 5] + _ALPHABET[i & 31] for i in range(1024)]
 _ULID_RE = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
 _TO_BASE32HEX = str.maketrans(_ALPHABET, "0123456789abcdefghijklmnopqrstuv")
 _MAX = (1 << 128) - 1
+#: A new id in the millisecond of the previous one is previous + 1 + up to 2**40 - 1 (random),
+#: so an id removed from the end comes back only with a chance of 2**-40.
+_STEP_BITS = 40
 _getrandbits = random.getrandbits
 
 
@@ -61,10 +65,14 @@ def timestamp_ms(text: str) -> int | None:
     return None if value is None else value >> 80
 
 
-def next_id(previous: str | None, now: int | None = None) -> str | None:
+def next_id(previous: str | None, now: int | None = None, reserve: int = 0) -> str | None:
     """A new ULID (time ``now`` ms, default the wall clock) sorting strictly after
     ``previous``; None when no ULID can (``previous`` is a custom id sorting above every
-    ULID, or the maximal ULID)."""
+    ULID, or the maximal ULID). When the fresh id would not sort after ``previous`` (the
+    same millisecond, or a clock that stepped back), it is ``previous`` plus a random step
+    of 1 to 2**40, not plus one: the id of a message just removed from the end is not
+    given out again (except with a chance of 2**-40). ``reserve``: keep that many ids free
+    above the result (for a run that follows it)."""
     global _memo
     candidate = ((now_ms() if now is None else now) << 80) | _getrandbits(80)
     if previous:
@@ -72,9 +80,12 @@ def next_id(previous: str | None, now: int | None = None) -> str | None:
         prev_value = memo[1] if memo[0] == previous else decode(previous)
         if prev_value is not None:
             if candidate <= prev_value:
-                if prev_value >= _MAX:
+                top = _MAX - reserve
+                if prev_value >= top:
                     return None
-                candidate = prev_value + 1
+                # Not previous + 1: after a remove_last that +1 may be the id just removed,
+                # and a compare-and-remove by id would then take the newcomer for it.
+                candidate = min(prev_value + 1 + _getrandbits(_STEP_BITS), top)
         elif encode(candidate) <= previous:
             return None
     text = encode(candidate)
@@ -89,7 +100,7 @@ def next_ids(previous: str | None, count: int, now: int | None = None) -> list[s
     global _memo
     if count <= 0:
         return []
-    first = next_id(previous, now)
+    first = next_id(previous, now, count - 1)
     if first is None:
         return None
     value = decode(first)  # not _memo: another thread may have replaced it meanwhile

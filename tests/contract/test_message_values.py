@@ -74,3 +74,19 @@ def test_count_follows_every_mutation(store: SessionStore, backend: Backend) -> 
     store.append(key, {"role": "user", "content": "new"})
     assert count(store, key) == 1
     assert count(backend.fresh(store), key) == len(store.try_load(key))
+
+
+def test_the_id_of_a_removed_last_message_is_not_given_to_the_next_one(backend: Backend) -> None:
+    """A compare-and-remove by id (``remove_last(expected_id=...)``) must never take a new
+    message for one already removed: with the clock stopped, every new id falls in the
+    previous one's millisecond, where a "previous + 1" rule would hand the removed id out
+    again (an ABA that lets two callers pop the same message)."""
+    store = backend.open(clock=lambda: 1_700_000_000_000)
+    store.append("k", user("first"))
+    for i in range(200):
+        removed = store.append("k", user(f"a{i}"))
+        assert store.remove_last("k", expected_id=removed)
+        newcomer = store.append("k", user(f"b{i}"))
+        assert newcomer != removed
+        assert not store.remove_last("k", expected_id=removed)  # the newcomer stays
+        assert store.get_messages("k")[-1].content == f"b{i}"
