@@ -54,7 +54,7 @@ from ..ids import assign_ids, next_id
 from ..types import ChatMessage
 from . import sidecar
 from .control import AppendBatch
-from .guard import REGISTRY, GuardClosed, SessionGuard, TranscriptView
+from .guard import REGISTRY, GuardBusy, GuardClosed, SessionGuard, TranscriptView
 from .layout import FileState, SessionFiles
 from .lines import Tail, iter_lines_backward, read_tail
 from .txn import Root, Tx, enter, save_torn
@@ -67,11 +67,17 @@ def append(root: Root, files: SessionFiles, message: ChatMessage) -> str:
     writing the same session, the append joins a group commit (see the module
     docstring). Cost: O(1) in the transcript size."""
     guard = REGISTRY.get(files.lock)
-    if root.durable and (guard.leading or guard.pending or guard.depth) and not guard.held_here():
-        return _queued(root, files, guard, message)
+    # In fsync mode a thread never waits for the guard on its own: when another thread of
+    # this process holds it (or a group is forming), the append joins the queue, whose
+    # writer takes every queued message in one write and one fsync.
+    group_commit = root.durable and not guard.held_here()
     while True:
+        if group_commit and (guard.leading or guard.pending):
+            return _queued(root, files, guard, message)
         try:
-            enter(root, files, guard)
+            enter(root, files, guard, blocking=not group_commit)
+        except GuardBusy:
+            return _queued(root, files, guard, message)
         except GuardClosed:
             guard = REGISTRY.get(files.lock)
             continue

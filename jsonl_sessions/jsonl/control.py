@@ -284,10 +284,12 @@ def acquire(root: Root, files: SessionFiles, timeout: float | None | Literal[Fal
 
 
 def enter(root: Root, files: SessionFiles, guard: SessionGuard, timeout: float | None | Literal[False] = DEFAULT,
-          first: list[bool] | None = None) -> SessionGuard:
+          first: list[bool] | None = None, *, blocking: bool = True) -> SessionGuard:
     """:func:`acquire` of one given guard (:class:`GuardClosed` if it was evicted: look
-    it up again). ``first``: gets whether this call took the guard first (not reentrant)."""
-    took = guard.acquire(root.lock_timeout if timeout is False else timeout, files.key)
+    it up again). ``first``: gets whether this call took the guard first (not reentrant).
+    Not ``blocking``: :class:`~jsonl_sessions.jsonl.guard.GuardBusy` when another thread
+    of this process holds the guard."""
+    took = guard.acquire(root.lock_timeout if timeout is False else timeout, files.key, blocking=blocking)
     if first is not None:
         first.append(took)
     if took and (guard.record is not None or guard.seq & 1 or guard.hidden is not None):

@@ -114,6 +114,10 @@ class GuardClosed(Exception):
     """Internal: the guard was evicted from the registry; get a fresh one."""
 
 
+class GuardBusy(Exception):
+    """Internal: a non-blocking acquire found the guard held by another thread of this process."""
+
+
 class SessionGuard:
     """The process-wide guard of one session. Use through :meth:`GuardRegistry.get`."""
 
@@ -152,12 +156,19 @@ class SessionGuard:
         self.leading = False
         self.pending_cond = threading.Condition(threading.Lock())
 
-    def acquire(self, timeout: float | None, key: str) -> bool:
+    def acquire(self, timeout: float | None, key: str, *, blocking: bool = True) -> bool:
         """Take the guard; True when this call took the process lock (depth 0 -> 1), so the
         caller must look at :attr:`record` and :attr:`seq` for recovery work; False when
         the thread already held it. Raises :class:`LockTimeoutError`, or
-        :class:`GuardClosed` if the guard was evicted meanwhile (look it up again)."""
-        started = self._wait_turn(timeout, key)
+        :class:`GuardClosed` if the guard was evicted meanwhile (look it up again). Not
+        ``blocking``: :class:`GuardBusy` at once when another thread of this process holds
+        it (another process's flock is still waited for, up to ``timeout``)."""
+        if blocking:
+            started = self._wait_turn(timeout, key)
+        elif self._rlock.acquire(False):
+            started = None
+        else:
+            raise GuardBusy
         if self.closed:
             self._rlock.release()
             raise GuardClosed
