@@ -267,8 +267,7 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
             save_torn(root, files, fd, tail)
     except BaseException as exc:
         _drop(guard, view, fd)
-        if group is not None:
-            _fail(group, exc)
+        _fail(group, exc)
         raise
     if not data:  # every queued message failed its own caller
         _drop(guard, view, fd)
@@ -276,12 +275,9 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
     try:
         _commit(root, guard, view, fd, st, tail, data, new_ids, clean, atomic=group is None)
     except BaseException as exc:
-        if group is not None:
-            _fail(group, exc)
+        _fail(group, exc)
         raise
-    if group is not None:
-        for p in group:
-            p.done = True
+    _done(group)
     return new_ids
 
 
@@ -381,11 +377,18 @@ def _drop(guard: SessionGuard, view: TranscriptView | None, fd: int) -> None:
         guard.close_taken(fd, counted=False)
 
 
-def _fail(group: list[Pending], exc: BaseException) -> None:
-    """Every member of ``group`` not done yet fails with ``exc`` (the first one) or a copy
-    of it (the others), so that no two threads raise the same exception object."""
+def _done(group: list[Pending] | None) -> None:
+    """Every member of ``group`` (None: no group) is written: its id stands."""
+    for p in group or ():
+        p.done = True
+
+
+def _fail(group: list[Pending] | None, exc: BaseException) -> None:
+    """Every member of ``group`` (None: no group) not done yet fails with ``exc`` (the
+    first one) or a copy of it (the others), so that no two threads raise the same
+    exception object."""
     first = True
-    for p in group:
+    for p in group or ():
         if not p.done:
             p.error = exc if first else copy.copy(exc)
             p.done, first = True, False
@@ -431,12 +434,9 @@ def _create(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence
             tx.forget()
             raise
     except BaseException as exc:
-        if group is not None:
-            _fail(group, exc)
+        _fail(group, exc)
         raise
-    if group is not None:
-        for p in group:
-            p.done = True
+    _done(group)
     return new_ids
 
 

@@ -190,10 +190,6 @@ class SessionFiles:
         suffix = "" if n == 0 else f"-{n}"
         return os.path.join(self.root, f"{self.stem}{QUARANTINE_MARK}{stamp}{suffix}{QUARANTINE_SUFFIX}")
 
-    def is_quarantine(self, name: str) -> bool:
-        """Whether ``name`` (in root) is a quarantine copy of this session."""
-        return classify(name) == ("quarantine", self.stem)
-
 
 def classify(name: str) -> tuple[str, str] | None:
     """``(role, stem)`` for a file name the store uses (role: one of :data:`ROLES`; the

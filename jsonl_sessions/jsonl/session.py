@@ -286,9 +286,6 @@ class Session:
             tx.move_together(lines, meta)
             return True
 
-    def set_breadcrumb(self, present: bool) -> None:
-        self.update_sidecar(lambda meta: meta.__setitem__("trim_breadcrumb", bool(present)))
-
     def update_sidecar(self, change: Callable[[dict[str, Any]], None]) -> None:
         """Apply ``change(meta)`` to the sidecar of an existing session under its guard and
         replace the sidecar atomically. :class:`SessionNotFoundError` for a missing session;

@@ -348,8 +348,3 @@ class Database:
             local.reading = 0
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("COMMIT")
-
-    @property
-    def in_write(self) -> bool:
-        """Whether this thread has a write transaction open."""
-        return self._local.depth > 0 and self._local.pid == os.getpid()
