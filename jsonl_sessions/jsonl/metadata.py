@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from .. import _platform
 from ..errors import CorruptMetadataError, SessionStoreError
 from ..types import SessionMetadata
-from . import control as snapshot
+from . import control
 from . import sidecar
 from .control import peek_count, read_head
 from .layout import SessionFiles, read_sidecar, scan
@@ -99,7 +99,7 @@ def meta_of(files: SessionFiles) -> dict[str, Any] | None:
 def metadata(root: Root, files: SessionFiles, found: Look) -> SessionMetadata | None:
     """The session's metadata from a look plus its message count (O(1): the count cache);
     None when it vanished meanwhile. Parses no transcript."""
-    count = snapshot.count(root, files)
+    count = control.count(root, files)
     if count is None:
         return None
     return sidecar.describe(files.key, found.meta, count, found.transcript.st_size, found.activity_ns)

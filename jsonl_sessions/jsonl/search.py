@@ -17,7 +17,7 @@ from .. import _platform, records
 from ..base import search_order, search_results
 from ..errors import SessionStoreError
 from ..types import SessionMetadata
-from . import control as snapshot
+from . import control
 from .layout import SessionFiles
 from .lines import BOM, CHUNK_BYTES, iter_blocks
 from .metadata import listed, looks
@@ -67,7 +67,7 @@ def mentions_in(root: Root, files: SessionFiles, needle: str, prefilter: records
         return False
 
     try:
-        return bool(snapshot.with_transcript(root, files, scan))
+        return bool(control.with_transcript(root, files, scan))
     except (OSError, SessionStoreError) as exc:  # unreadable, or not a regular file: not a match
         log.warning("cannot search session %r: %s", files.key, exc)
         return False

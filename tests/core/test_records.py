@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jsonl_sessions import ChatMessage, SessionStore, codec, records
-from jsonl_sessions import arguments as rules
+from jsonl_sessions import ChatMessage, SessionStore, arguments, codec, records
 from jsonl_sessions.protocol import SessionBackend
 from jsonl_sessions.sqlite import SessionSnapshot, SqliteSessionStore
 from jsonl_sessions.types import RESERVED_FIELDS, SessionQuery
@@ -119,21 +118,21 @@ def test_an_extra_field_of_a_line_without_kind_survives_a_rewrite(tmp_path: path
 
 # -- argument rules ----------------------------------------------------------------------
 def test_check_state_checks_the_turn_even_when_idle_drops_it() -> None:
-    assert rules.check_state("running", "t1") == ("running", "t1")
-    assert rules.check_state("idle", "t1") == ("idle", None)
+    assert arguments.check_state("running", "t1") == ("running", "t1")
+    assert arguments.check_state("idle", "t1") == ("idle", None)
     with pytest.raises(TypeError):
-        rules.check_state("idle", 5)
+        arguments.check_state("idle", 5)
     with pytest.raises(ValueError):
-        rules.check_state("stuck", None)
+        arguments.check_state("stuck", None)
 
 
 def test_check_query() -> None:
-    assert rules.check_query(SessionQuery("HeLLo", limit=None, agent_alias="a")) == ("hello", None, "a")
+    assert arguments.check_query(SessionQuery("HeLLo", limit=None, agent_alias="a")) == ("hello", None, "a")
     with pytest.raises(TypeError):
-        rules.check_query("hello")
+        arguments.check_query("hello")
     for limit in (-1, True, 1.5):
         with pytest.raises(ValueError):
-            rules.check_query(SessionQuery("x", limit=limit))  # type: ignore[arg-type]
+            arguments.check_query(SessionQuery("x", limit=limit))  # type: ignore[arg-type]
 
 
 def test_the_backends_refuse_bad_arguments_with_the_same_message(tmp_path: pathlib.Path) -> None:

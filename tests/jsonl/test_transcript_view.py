@@ -203,8 +203,8 @@ def test_at_most_max_views_transcripts_stay_open_and_the_newest_is_kept(tmp_path
     script = textwrap.dedent(f"""
         import os
         from jsonl_sessions import SessionStore
-        from jsonl_sessions.jsonl import guard as locks
-        locks.MAX_VIEWS = 2
+        from jsonl_sessions.jsonl import guard
+        guard.MAX_VIEWS = 2
         root = {str(tmp_path)!r}
         store = SessionStore(root, durability="flush")
 
