@@ -24,8 +24,7 @@ from typing import Any, NamedTuple
 from .. import _platform
 from ..errors import CorruptMetadataError, SessionStoreError
 from ..types import SessionMetadata
-from . import control
-from . import sidecar
+from . import control, sidecar
 from .control import peek_count, read_head
 from .layout import SessionFiles, read_sidecar, scan
 from .session import Session
