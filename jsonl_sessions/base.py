@@ -29,6 +29,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import sidecar
 from .arguments import (
     check_context,
     check_number,
@@ -41,7 +42,6 @@ from .arguments import (
 )
 from .compaction import CompactionReport
 from .ids import now_ms
-from .jsonl import sidecar
 from .keys import validate_key
 from .protocol import SessionBackend
 from .types import (
@@ -198,7 +198,7 @@ class BaseStore(SessionBackend):
     @abc.abstractmethod
     def _set_state(self, key: str, state: str, turn: str | None) -> None:
         """Enter run state ``state`` for ``turn`` (checked; None for ``idle``) as
-        :func:`jsonl_sessions.jsonl.sidecar.set_state` does, under the guard.
+        :func:`jsonl_sessions.sidecar.set_state` does, under the guard.
         :class:`SessionNotFoundError` for a missing session."""
 
     @abc.abstractmethod

@@ -15,12 +15,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import codec, rows
+from . import codec, rows, sidecar
 from .base import BaseStore, Keep
 from .compaction import CompactionReport, plan_lines
 from .errors import CorruptMetadataError, CorruptTranscriptError, SessionExistsError, SessionNotFoundError
 from .ids import assign_ids
-from .jsonl import sidecar
 from .keys import validate_key
 from .pagination import Reading
 from .types import ChatMessage, Page, SessionMetadata

@@ -20,9 +20,8 @@ from typing import Any
 
 import orjson
 
-from . import codec
+from . import codec, sidecar
 from .errors import CorruptMetadataError, CorruptTranscriptError
-from .jsonl import sidecar
 from .types import ChatMessage
 
 log = logging.getLogger("jsonl_sessions")
@@ -95,7 +94,7 @@ def encode_meta(meta: Mapping[str, Any]) -> bytes:
 
 
 def decode_meta(raw: bytes | str, key: str, path: str) -> dict[str, Any]:
-    """The meta object of session ``key`` (:func:`jsonl_sessions.jsonl.sidecar.decode`, and it
+    """The meta object of session ``key`` (:func:`jsonl_sessions.sidecar.decode`, and it
     must name this session); :class:`CorruptMetadataError` when it is not one (or is of a
     newer format: refused rather than misread)."""
     data = sidecar.decode(raw.encode("utf-8") if isinstance(raw, str) else raw, path, key)

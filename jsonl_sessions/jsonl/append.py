@@ -48,11 +48,10 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .. import _platform, codec
+from .. import _platform, codec, sidecar
 from ..errors import InvalidMessageError, LockTimeoutError, SessionStoreError
 from ..ids import assign_ids, next_id
 from ..types import ChatMessage
-from . import sidecar
 from .control import AppendBatch
 from .guard import REGISTRY, GuardBusy, GuardClosed, SessionGuard, TranscriptView
 from .layout import FileState, SessionFiles

@@ -21,10 +21,9 @@ import stat
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .. import _platform
+from .. import _platform, sidecar
 from ..errors import CorruptMetadataError, SessionStoreError, UnsafePathError
 from ..keys import hashed_stem_matches, is_hashed, key_to_stem, stem_to_key
-from . import sidecar
 
 TRANSCRIPT_SUFFIX = ".jsonl"
 SIDECAR_SUFFIX = ".meta.json"

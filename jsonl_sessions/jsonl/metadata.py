@@ -21,10 +21,10 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from .. import _platform
+from .. import _platform, sidecar
 from ..errors import CorruptMetadataError, SessionStoreError
 from ..types import SessionMetadata
-from . import control, sidecar
+from . import control
 from .control import peek_count, read_head
 from .layout import SessionFiles, read_sidecar, scan
 from .session import Session

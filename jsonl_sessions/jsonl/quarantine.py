@@ -13,8 +13,8 @@ import contextlib
 import os
 
 from .. import _platform
+from ..sidecar import EPOCH, from_ms
 from .layout import SessionFiles
-from .sidecar import EPOCH, from_ms
 
 
 def save(files: SessionFiles, data: bytes, now_ms: int) -> str:

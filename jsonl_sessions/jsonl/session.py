@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .. import _platform, codec
+from .. import _platform, codec, sidecar
 from ..arguments import check_page_arguments, check_window
 from ..errors import (
     CorruptTranscriptError,
@@ -45,7 +45,7 @@ from ..pagination import TURN_SEARCH_LINES, Lines, Reading, page_back, page_forw
 from ..records import calls, decode_or_none
 from ..types import ChatMessage, Page
 from . import append as appending
-from . import control, sidecar
+from . import control
 from .append import has_id, last_id, new_meta, previous_id
 from .layout import FileState, SessionFiles
 from .lines import (

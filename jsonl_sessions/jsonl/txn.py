@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
-from .. import _platform
+from .. import _platform, sidecar
 from ..types import Durability
-from . import quarantine, sidecar
+from . import quarantine
 from ._atomic import atomic_write, unlink_quietly, write_temp
 from .control import (
     DEFAULT,

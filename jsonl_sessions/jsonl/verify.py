@@ -37,11 +37,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import _platform, codec
+from .. import _platform, codec, sidecar
 from ..errors import CorruptControlError, CorruptMetadataError, SessionStoreError
 from ..keys import is_hashed, key_to_stem, stem_to_key
 from ..verification import Finding, VerifyReport, wanted_keys
-from . import sidecar
 from .control import RECORD_OFFSET, parse_record, read_head
 from .layout import LOCK_SUFFIX, SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, FileState, classify, key_of_stem, read_sidecar
 from .lines import BOM, iter_lines_forward

@@ -18,11 +18,10 @@ from typing import Any, TypeVar
 
 from psycopg_pool import ConnectionPool
 
-from .. import codec, records, rows
+from .. import codec, records, rows, sidecar
 from ..base import DEFAULT_MAX_MESSAGE_BYTES
 from ..dbfront import DatabaseFront
 from ..ids import assign_ids, replacement_record
-from ..jsonl import sidecar
 from ..keys import validate_key
 from ..types import ChatMessage, Durability
 from .db import Conn, Database, bigint_array, lit, quoted, text_array

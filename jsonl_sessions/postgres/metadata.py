@@ -15,9 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .. import records, rows
+from .. import records, rows, sidecar
 from ..base import search_order, search_results
-from ..jsonl import sidecar
 from ..types import SessionMetadata
 from .base import PostgresCore, SessionRow, nul_free
 from .db import Conn

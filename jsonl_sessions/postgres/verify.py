@@ -17,9 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .. import rows
+from .. import rows, sidecar
 from ..errors import CorruptMetadataError
-from ..jsonl import sidecar
 from ..sqlite.verify import KINDS as SQLITE_KINDS
 from ..sqlite.verify import check_rows
 from ..verification import Finding, VerifyReport, missing_session

@@ -15,11 +15,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .. import codec, rows
+from .. import codec, rows, sidecar
 from ..base import DEFAULT_MAX_MESSAGE_BYTES
 from ..dbfront import DatabaseFront
 from ..ids import assign_ids, replacement_record
-from ..jsonl import sidecar
 from ..keys import validate_key
 from ..types import ChatMessage, Durability
 from .db import Database

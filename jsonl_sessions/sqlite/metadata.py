@@ -17,9 +17,8 @@ import sqlite3
 import time
 from typing import Any
 
-from .. import records
+from .. import records, sidecar
 from ..base import search_order, search_results
-from ..jsonl import sidecar
 from ..types import SessionMetadata
 from .base import SessionRow, SqliteCore
 

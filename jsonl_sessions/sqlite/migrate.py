@@ -30,9 +30,9 @@ import orjson
 
 from .. import rows
 from ..errors import SessionExistsError, SessionStoreError
-from ..jsonl.sidecar import FORMAT_VERSION
 from ..jsonl.store import SessionStore
 from ..keys import key_to_stem
+from ..sidecar import FORMAT_VERSION
 from .store import SessionSnapshot, SqliteSessionStore
 
 

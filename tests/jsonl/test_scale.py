@@ -28,8 +28,9 @@ from jsonl_sessions import (
     codec,
     ids,
     records,
+    sidecar,
 )
-from jsonl_sessions.jsonl import search, sidecar, transcript
+from jsonl_sessions.jsonl import search, transcript
 from jsonl_sessions.jsonl.lines import BOM, CHUNK_BYTES
 from jsonl_sessions.keys import key_to_stem
 from jsonl_sessions.types import from_record

@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from ..errors import CorruptMetadataError
-from ..types import SESSION_STATES, SessionMetadata, SessionState
+from .errors import CorruptMetadataError
+from .types import SESSION_STATES, SessionMetadata, SessionState
 
 FORMAT_VERSION = 1
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
