@@ -2,8 +2,9 @@
 
 This module is the entry point (:func:`main`) and the argument parser (:data:`TABLE`
 lists every command: help, arguments, handler; :func:`build_parser` builds the parser
-from it); the handlers are in :mod:`.commands`, :mod:`.verify`, :mod:`.migrate` and
-:mod:`.demo`, what they print in :mod:`.output`.
+from it); the handlers are in :mod:`.reading` (ls, show, search, tail), :mod:`.transfer`
+(export, import), :mod:`.upkeep` (rm, stats, gc, repair), :mod:`.verify`, :mod:`.migrate` and
+:mod:`.demo`, what they print in :mod:`.output`; :mod:`.stores` opens the store.
 
 Commands (:data:`jsonl_sessions.cli.COMMANDS`): ``ls``, ``show``, ``tail``, ``search``, ``verify``,
 ``repair``, ``gc``, ``export``, ``import``, ``rm``, ``stats``, ``migrate``, ``demo``. The store directory is
@@ -32,22 +33,12 @@ from dataclasses import dataclass
 from .. import __version__
 from ..errors import CorruptTranscriptError, InvalidSessionKeyError, LockTimeoutError, SessionStoreError
 from ..location import ENV_ROOT, default_root, resolve_root
-from .commands import (
-    SORTS,
-    cmd_export,
-    cmd_gc,
-    cmd_import,
-    cmd_ls,
-    cmd_repair,
-    cmd_rm,
-    cmd_search,
-    cmd_show,
-    cmd_stats,
-    cmd_tail,
-)
 from .demo import cmd_demo
 from .migrate import cmd_migrate
 from .output import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, PROG, CliError, UsageError, err
+from .reading import SORTS, cmd_ls, cmd_search, cmd_show, cmd_tail
+from .transfer import cmd_export, cmd_import
+from .upkeep import cmd_gc, cmd_repair, cmd_rm, cmd_stats
 from .verify import cmd_verify
 
 __all__ = ["COMMANDS", "build_parser", "default_root", "main", "resolve_root"]

@@ -22,8 +22,9 @@ import orjson
 from ..errors import CorruptTranscriptError
 from ..jsonl.layout import SessionFiles
 from ..jsonl.store import SessionStore
-from .commands import is_sqlite_path, run_repair
 from .output import CliError, UsageError, render_message, terminal_width
+from .stores import is_sqlite_path
+from .upkeep import run_repair
 from .verify import run_verify
 
 CHAT = "demo/chat"

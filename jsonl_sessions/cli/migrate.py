@@ -18,8 +18,8 @@ from typing import Any
 
 from ..sqlite import SqliteSessionStore, migrate
 from ..sqlite.migrate import Store as AnyStore
-from .commands import Store, is_sqlite_path, open_path
 from .output import EXIT_FAILURE, EXIT_OK, UsageError, clean, err, json_out, out
+from .stores import Store, is_sqlite_path, open_path
 
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 

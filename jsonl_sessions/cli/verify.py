@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..jsonl.store import fixer
 from ..jsonl.verify import verify_directory
 from ..location import ENV_ROOT, resolve_root
 from ..verification import VerifyReport
-from .commands import is_sqlite, open_sqlite
 from .output import EXIT_FAILURE, EXIT_OK, UsageError, clean, json_out, out
 from .report import Progress, render, to_json
+from .stores import is_sqlite, open_sqlite
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -44,7 +45,7 @@ def run_verify(root: str, keys: list[str] | None, *, as_json: bool = False, fix:
         raise UsageError(f"no store at {root}: not a directory (give --root DIR or set {ENV_ROOT})")
     bar = Progress()
     try:
-        report = verify_directory(root, keys, fix=fix, lock_timeout=lock_timeout, progress=bar)
+        report = verify_directory(root, keys, fix=fixer(root, lock_timeout) if fix else None, progress=bar)
     finally:
         bar.finish()
     return show(report, as_json=as_json)

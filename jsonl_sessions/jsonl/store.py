@@ -29,6 +29,7 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -50,7 +51,7 @@ from .guard import REGISTRY, SessionGuard
 from .layout import SessionFiles, list_keys
 from .session import Session
 from .txn import Root, acquire
-from .verify import verify_directory
+from .verify import Clear, verify_directory
 
 
 class _Held:
@@ -276,7 +277,8 @@ class SessionStore(BaseStore):
 
     # -- health check ------------------------------------------------------------------------
     def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport:
-        return verify_directory(self._root.path, keys, fix=fix, store=self, lock_timeout=self._root.lock_timeout)
+        clear = functools.partial(clear_leftovers, self)
+        return verify_directory(self._root.path, keys, fix=(lambda: clear) if fix else None)
 
 
 def compaction_report(store: SessionStore, key: str, *, repair: bool = False) -> CompactionReport:
@@ -300,4 +302,12 @@ def clear_leftovers(store: SessionStore, stem: str) -> list[str]:
     return prune.clear_leftovers(store._root, stem, store._root.lock_timeout)
 
 
-__all__ = ["Durability", "MessageLike", "SessionStore", "clear_leftovers", "compaction_report", "prune_report"]
+def fixer(root: str, lock_timeout: float | None) -> Callable[[], Clear]:
+    """What :func:`~jsonl_sessions.jsonl.verify.verify_directory` takes as ``fix`` to clear
+    leftovers in the directory ``root`` without a store at hand: :func:`clear_leftovers` on a
+    :class:`SessionStore` opened on ``root`` (guards waiting up to ``lock_timeout``) when
+    there is something to clear, not before."""
+    return lambda: functools.partial(clear_leftovers, SessionStore(root, lock_timeout=lock_timeout))
+
+
+__all__ = ["Durability", "MessageLike", "SessionStore", "clear_leftovers", "compaction_report", "fixer", "prune_report"]

@@ -4,10 +4,11 @@ It reads the files directly, following docs/format.md, and changes nothing: no r
 runs, no guard is taken, no temp file is removed. To tell a crashed writer's leftovers
 from a write in progress it probes a session's lock for a moment (non-blocking
 ``flock``, released at once); what a live writer holds is a note, not a problem. With
-``fix=True`` it then clears what a killed writer left (:data:`FIXABLE`), each session
+``fix`` it then clears what a killed writer left (:data:`FIXABLE`), each session
 under its guard (recovery runs, then :func:`jsonl_sessions.jsonl.store.clear_leftovers`
 re-checks and removes), and reports the store as it is after; transcripts are never
-touched.
+touched. The clearing comes from the caller (the store's module, which imports this one),
+so this module never opens a store itself.
 
 Problems, by kind: ``torn-tail``, ``corrupt-line`` (1-based line number and byte
 offset), ``id-order`` (ids that do not strictly increase), ``missing-sidecar``,
@@ -35,7 +36,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import _platform, codec, sidecar
 from ..errors import CorruptControlError, CorruptMetadataError, SessionStoreError
@@ -45,9 +46,6 @@ from .control import RECORD_OFFSET, parse_record, read_head
 from .layout import LOCK_SUFFIX, SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, FileState, classify, key_of_stem, read_sidecar
 from .lines import BOM, iter_lines_forward
 from .transcript import BadLine
-
-if TYPE_CHECKING:
-    from .store import SessionStore
 
 BLOCK = 1 << 20
 #: At most this many findings of one kind are listed per file; the rest are counted.
@@ -59,16 +57,19 @@ FIXABLE = frozenset({"temp-file", "orphan-sidecar", "pending-record", "odd-count
 
 #: ``progress(done, total)``: called after each transcript is checked.
 Progress = Callable[[int, int], None]
+#: ``clear(stem)``: under its guard, remove what killed writers left for the session with file
+#: stem ``stem`` (:func:`jsonl_sessions.jsonl.store.clear_leftovers` on a store).
+Clear = Callable[[str], object]
 
 
-def verify_directory(root: str | os.PathLike[str], keys: Iterable[str] | None = None, *, fix: bool = False,
-                     store: SessionStore | None = None, lock_timeout: float | None = 10.0,
-                     progress: Progress | None = None) -> VerifyReport:
+def verify_directory(root: str | os.PathLike[str], keys: Iterable[str] | None = None, *,
+                     fix: Callable[[], Clear] | None = None, progress: Progress | None = None) -> VerifyReport:
     """Check the store directory ``root`` (all of it, or only the sessions ``keys``),
     reading its files without opening a store; see the module docstring. With ``fix``,
-    clear the :data:`FIXABLE` problems (:func:`fix`) through ``store`` (one is opened on
-    ``root`` with ``lock_timeout`` when needed and not given) and report the store as it
-    is after, with what was cleared in ``fixed``.
+    clear the :data:`FIXABLE` problems and report the store as it is after, with what was
+    cleared in ``fixed``: ``fix()`` is called once, only when there is something to clear,
+    and returns the :data:`Clear` to use (:func:`jsonl_sessions.jsonl.store.fixer` makes one
+    that opens a store then, since opening one removes temp files the check must see).
 
     :raises InvalidSessionKeyError: a key of ``keys`` is invalid (nothing checked).
     :raises InvalidArgumentError: ``keys`` is a string, not a collection of keys.
@@ -76,29 +77,26 @@ def verify_directory(root: str | os.PathLike[str], keys: Iterable[str] | None = 
     path = os.path.abspath(os.fspath(root))
     wanted = wanted_keys(keys)
     report = _check(path, wanted, progress)
-    if fix:
-        report = _fix(path, wanted, report, store, lock_timeout, progress)
+    if fix is not None:
+        report = _fix(path, wanted, report, fix, progress)
     return report
 
 
-def _fix(root: str, keys: list[str] | None, report: VerifyReport, store: SessionStore | None,
-         lock_timeout: float | None, progress: Progress | None) -> VerifyReport:
+def _fix(root: str, keys: list[str] | None, report: VerifyReport, fix: Callable[[], Clear],
+         progress: Progress | None) -> VerifyReport:
     """Clear the :data:`FIXABLE` problems of ``report``: each session concerned under its
     guard (waiting up to the store's ``lock_timeout``; a session still busy, or whose record
     this version cannot complete, is left as it is), recovery first, then its temp files
     and a sidecar without a transcript (checked again under the guard). Returns the
     store's report after, with the problems it no longer has in ``fixed``. Never touches
     a transcript."""
-    from .store import SessionStore, clear_leftovers  # the store's module imports this one
-
     todo = [f for f in report.problems if f.fixable]
     if not todo:
         return report
-    if store is None:
-        store = SessionStore(root, lock_timeout=lock_timeout)
+    clear = fix()
     for stem in sorted({found[1] for f in todo if (found := classify(f.file)) is not None and found[1]}):
         try:
-            clear_leftovers(store, stem)
+            clear(stem)
         except (SessionStoreError, OSError):
             continue  # reported again below
     after = _check(root, keys, progress)
@@ -421,4 +419,4 @@ def _bytes(n: int) -> str:
     return f"{n} byte{'s' if n != 1 else ''}"
 
 
-__all__ = ["FIXABLE", "MAX_PER_FILE", "Progress", "verify_directory"]
+__all__ = ["FIXABLE", "MAX_PER_FILE", "Clear", "Progress", "verify_directory"]

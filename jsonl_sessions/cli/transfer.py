@@ -1,0 +1,174 @@
+"""The commands that move sessions in and out of a store: ``export`` (native JSONL, or
+``--to claude-code``) and ``import`` (JSON / JSONL messages, or ``--from claude-code|codex``,
+the command-line side of :mod:`jsonl_sessions.foreign.transfer`).
+
+Each ``cmd_*`` takes the parsed arguments and returns the exit status; failures are
+raised (see :mod:`jsonl_sessions.cli.output`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import orjson
+
+from ..errors import InvalidMessageError, SessionExistsError, SessionNotFoundError
+from ..foreign.files import write_jsonl
+from ..foreign.transfer import Imported, export_claude_code, import_claude_code, import_codex, iter_codex_rollouts
+from ..jsonl.lines import BOM
+from ..keys import key_to_stem
+from ..types import ChatMessage
+from .output import EXIT_FAILURE, EXIT_OK, CliError, Printer, UsageError, err, json_out, nl_out, out
+from .stores import open_store
+
+
+# -- export, import ---------------------------------------------------------------------------
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.to is not None or args.output is not None or args.session_id is not None:
+        if getattr(args, "json", False):
+            raise UsageError("--json is the native export (one JSON message a line); --to writes another format")
+        return export_to(args)
+    store = open_store(args)
+    messages = store.load(args.key) if args.lenient else store.try_load(args.key)
+    if not messages and not store.session_exists(args.key):
+        raise SessionNotFoundError(key=args.key)
+    Printer(True, 0)(messages)
+    return EXIT_OK
+
+
+def _import_messages(data: bytes, source: str) -> list[ChatMessage]:
+    """Messages from a JSON array (OpenAI-style ``[{role, content, ...}]``), an object
+    with a ``messages`` array, or JSONL (one object a line; blank lines skipped)."""
+    data = data.removeprefix(BOM)
+    items: list[tuple[str, Any]]
+    try:
+        whole = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        items = []
+        for number, line in enumerate(data.split(b"\n"), 1):
+            if not line.strip():
+                continue
+            try:
+                items.append((f"{source}:{number}", orjson.loads(line)))
+            except orjson.JSONDecodeError as exc:
+                raise CliError(f"{source}:{number}: not JSON: {exc}") from None
+    else:
+        if isinstance(whole, dict) and isinstance(whole.get("messages"), list):
+            whole = whole["messages"]
+        if isinstance(whole, list):
+            items = [(f"{source}: item {i}", item) for i, item in enumerate(whole, 1)]
+        else:
+            items = [(f"{source}:1", whole)]
+    messages = []
+    for where, item in items:
+        if not isinstance(item, dict):
+            raise CliError(f"{where}: a message must be a JSON object, not {type(item).__name__}")
+        try:
+            messages.append(ChatMessage.from_dict(item))
+        except InvalidMessageError as exc:
+            raise CliError(f"{where}: {exc.reason or exc}") from None
+    return messages
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    if args.source is not None:
+        return import_from(args)
+    if args.file is None:
+        raise UsageError("import needs KEY and FILE (or --from FORMAT PATH)")
+    if args.file == "-":
+        data, source = sys.stdin.buffer.read(), "<stdin>"
+    else:
+        try:
+            with open(args.file, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise CliError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+        source = args.file
+    messages = _import_messages(data, source)
+    if not messages:
+        raise CliError(f"{source} holds no messages")
+    if args.new_ids:
+        messages = [m.replace(id="") for m in messages]
+    key_to_stem(args.key)  # a bad key is a usage error before the store directory is created
+    store = open_store(args, create=True)
+    with store.lock(args.key):
+        existed = store.session_exists(args.key)
+        if existed and not args.append:
+            raise SessionExistsError(f"session {args.key!r} already exists (add --append to add to it)",
+                                     key=args.key)
+        try:
+            ids = store.append_many(args.key, messages)
+        except InvalidMessageError as exc:
+            has_ids = any(m.id for m in messages)
+            raise CliError(f"{exc}" + ("; the input's own ids are kept: --new-ids lets the store assign new ones"
+                                       if has_ids else "")) from None
+    if args.json:
+        json_out({"key": args.key, "created": not existed, "ids": ids})
+        return EXIT_OK
+    out(f"imported {len(ids)} messages into {'existing' if existed else 'new'} session {args.key!r} "
+         f"({ids[0]} .. {ids[-1]})")
+    return EXIT_OK
+
+
+# -- import --from, export --to: the command-line side of jsonl_sessions.foreign.transfer ---
+def import_from(args: argparse.Namespace) -> int:
+    """``import --from FORMAT PATH``: one line per imported file; exit 1 when a file failed."""
+    if args.file is not None:
+        raise UsageError("with --from, give only PATH")
+    path = args.key
+    if not os.path.exists(path):
+        raise CliError(f"no such file or directory: {path}")
+    store = open_store(args, create=True)
+    if args.source == "claude-code":
+        if args.append:
+            raise UsageError("--append is implied for claude-code: entries already stored (by uuid) are skipped")
+        for done in import_claude_code(store, path):
+            _report(done, args.json)
+        return EXIT_OK
+    files = list(iter_codex_rollouts(path)) if os.path.isdir(path) else [path]
+    if not files:
+        raise CliError(f"no Codex rollout (*.jsonl) under {path}")
+    status = EXIT_OK
+    for rollout in files:
+        try:
+            _report(import_codex(store, rollout, append=args.append), args.json)
+        except (ValueError, OSError, SessionExistsError) as exc:  # reported; the other files still go in
+            err(f"error: {rollout}: {exc}")
+            status = EXIT_FAILURE
+    return status
+
+
+def _report(done: Imported, as_json: bool) -> None:
+    if as_json:  # one object a file, as each is imported
+        nl_out([{"key": done.key, "written": done.written, "left_out": done.left_out,
+                 "bad_lines": list(done.bad_lines), "torn": done.torn}])
+        return
+    notes = [f"{done.left_out} left out"] if done.left_out else []
+    if done.bad_lines:
+        notes.append(f"{len(done.bad_lines)} unreadable line(s) skipped (line {done.bad_lines[0]}...)")
+    if done.torn:
+        notes.append("a torn last line ignored")
+    out(f"imported {done.written} lines into {done.key!r}" + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+def export_to(args: argparse.Namespace) -> int:
+    """``export KEY --to claude-code [-o FILE] [--session-id ID]``."""
+    if args.to is None:
+        raise UsageError("-o and --session-id apply with --to")
+    store = open_store(args)
+    export = export_claude_code(store, args.key, session_id=args.session_id, lenient=args.lenient)
+    if args.output is None:
+        sys.stdout.buffer.write(b"".join(orjson.dumps(e, option=orjson.OPT_APPEND_NEWLINE) for e in export.entries))
+        sys.stdout.flush()
+    else:
+        target = args.output
+        if os.path.isdir(target):
+            target = os.path.join(target, f"{export.session_id}.jsonl")
+        write_jsonl(target, export.entries)
+        out(f"wrote {len(export.entries)} entries of session {export.session_id} to {target}")
+    if export.left_out:
+        err(f"note: {export.left_out} message(s) with no Claude Code form left out")
+    return EXIT_OK
