@@ -3,11 +3,11 @@
 This module is the entry point (:func:`main`) and the argument parser (:data:`TABLE`
 lists every command: help, arguments, handler; :func:`build_parser` builds the parser
 from it); the handlers are in :mod:`.reading` (ls, show, search, tail), :mod:`.transfer`
-(export, import), :mod:`.upkeep` (rm, stats, gc, repair), :mod:`.verify`, :mod:`.migrate` and
-:mod:`.demo`, what they print in :mod:`.output`; :mod:`.stores` opens the store.
+(export, import), :mod:`.upkeep` (rm, stats, gc, repair), :mod:`.verify`, :mod:`.migrate`,
+:mod:`.demo` and :mod:`.serve`, what they print in :mod:`.output`; :mod:`.stores` opens the store.
 
 Commands (:data:`jsonl_sessions.cli.COMMANDS`): ``ls``, ``show``, ``tail``, ``search``, ``verify``,
-``repair``, ``gc``, ``export``, ``import``, ``rm``, ``stats``, ``migrate``, ``demo``. The store directory is
+``repair``, ``gc``, ``export``, ``import``, ``rm``, ``stats``, ``migrate``, ``demo``, ``serve``. The store directory is
 ``--root``, else ``$JSONL_SESSIONS_ROOT``, else the per-user data directory
 (:func:`default_root`). Commands that only read never create it.
 
@@ -37,6 +37,7 @@ from .demo import cmd_demo
 from .migrate import cmd_migrate
 from .output import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, PROG, CliError, UsageError, err
 from .reading import SORTS, cmd_ls, cmd_search, cmd_show, cmd_tail
+from .serve import cmd_serve
 from .transfer import cmd_export, cmd_import
 from .upkeep import cmd_gc, cmd_repair, cmd_rm, cmd_stats
 from .verify import cmd_verify
@@ -269,6 +270,10 @@ def _export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lenient", action="store_true", help="skip corrupt lines (with a warning) instead of failing")
     p.add_argument("--json", action="store_true",
                    help="the default output, named for uniformity: one JSON message a line (NDJSON); not with --to")
+    p.add_argument("--format", choices=("jsonl", "markdown", "html"), default="jsonl",
+                   help="jsonl (default): the messages as stored; markdown: a readable document (content in "
+                        "fences); html: one self-contained page rendered as the viewer shows it (needs the viewer "
+                        "extra)")
     p.add_argument("--to", choices=("claude-code",), default=None, help="another tool's transcript format")
     p.add_argument("-o", "--output", metavar="FILE", default=None,
                    help="with --to: write FILE atomically instead of stdout (as <session id>.jsonl inside a "
@@ -326,6 +331,18 @@ def _demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=_count, metavar="COLUMNS", default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true",
                    help='the narration on stderr; on stdout {"root", "sessions"} as JSON')
+
+
+def _serve(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store", metavar="STORE", nargs="?", default=None,
+                   help="a JSONL directory, a SQLite file or a PostgreSQL DSN (postgresql://...); default: --root")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="the address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=_count, default=8765, help="the port (default 8765; 0: any free port)")
+    p.add_argument("--postgres", action="store_true",
+                   help="STORE is a PostgreSQL DSN in libpq's key=value form (a postgresql:// URL is recognised)")
+    p.add_argument("--schema", default="jsonl_sessions", help="a PostgreSQL store's schema (default jsonl_sessions)")
+    p.add_argument("--open", action="store_true", help="open the address in a web browser")
 
 
 @dataclass(frozen=True)
@@ -389,8 +406,11 @@ TABLE: dict[str, Command] = {
         "store. Quarantine files are kept.",
         _gc, cmd_gc),
     "export": Command(
-        "print a session as JSONL",
-        "The session's messages as JSONL on stdout, one message a line (all fields, as stored). "
+        "print a session as JSONL, Markdown or HTML",
+        "The session's messages as JSONL on stdout, one message a line (all fields, as stored). With "
+        "--format markdown: a document for people (each message under a heading, its content in a fence "
+        "longer than any backtick run in it, tool calls with their results); --format html: one "
+        "self-contained page (no script, nothing fetched), rendered as `serve` shows it. "
         "Refuses a transcript with corrupt lines unless --lenient. With --to claude-code: the session "
         "as a Claude Code transcript that Claude Code and the Claude Agent SDK resume (entries stored "
         "by the Claude adapter or an import as they are; other user/assistant text messages as new "
@@ -435,6 +455,14 @@ TABLE: dict[str, Command] = {
         "crash that tears a write and a corrupt line, shows recovery, verify and repair, and prints "
         "where the files are.",
         _demo, cmd_demo),
+    "serve": Command(
+        "browse the store in a web browser (read-only)",
+        "A local web viewer of the store: the sessions by last activity (filter by name, agent, state), each "
+        "transcript rendered (Markdown, tool calls with their results, compaction summaries, forks), paged as "
+        "you scroll, new messages shown as they are written, and a search across sessions. Read-only: it only "
+        "answers GET and HEAD and never writes to the store. Listens on 127.0.0.1 and prints an address with a "
+        "token for this run; every request needs it. Needs the viewer extra: pip install 'jsonl-sessions[viewer]'.",
+        _serve, cmd_serve),
 }
 
 #: The command names, in the order ``--help`` lists them.

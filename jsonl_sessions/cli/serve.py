@@ -1,0 +1,82 @@
+"""``jsonl-sessions serve``: the local read-only web viewer (:mod:`jsonl_sessions.viewer`)
+over a JSONL directory, a SQLite file or a PostgreSQL store.
+
+The store is opened for reading: a missing one is a usage error (nothing is created), a
+PostgreSQL session is read-only on the server's side (``default_transaction_read_only``),
+and the viewer only calls read methods. The viewer's dependencies are imported only here,
+when the command runs; without them it says how to install them and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import webbrowser
+
+from ..location import resolve_root
+from ..protocol import SessionBackend
+from .output import EXIT_FAILURE, EXIT_OK, UsageError, clean, err, out
+from .stores import is_sqlite_path, open_path
+
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+
+
+def read_only_dsn(dsn: str) -> str:
+    """``dsn`` with ``default_transaction_read_only=on`` added to its server options, so
+    PostgreSQL itself refuses any write of the session."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    options = str(conninfo_to_dict(dsn).get("options") or "")
+    return make_conninfo(dsn, options=f"{options} -c default_transaction_read_only=on".strip())
+
+
+def open_for_reading(args: argparse.Namespace) -> tuple[SessionBackend, str]:
+    """The store to view and how to name it: ``STORE`` (else ``--root``, else the default
+    root), a PostgreSQL DSN (``postgresql://...`` or ``--postgres``), a SQLite file or a
+    JSONL directory (``--backend``), which must exist."""
+    where = args.store if args.store is not None else resolve_root(args.root)
+    backend = getattr(args, "backend", "auto")
+    if args.postgres or where.startswith(POSTGRES_PREFIXES):
+        try:
+            from ..postgres import PostgresSessionStore
+        except ImportError as exc:
+            raise UsageError(str(exc)) from None
+        store = PostgresSessionStore(read_only_dsn(where), schema=args.schema, lock_timeout=args.lock_timeout)
+        return store, f"PostgreSQL schema {args.schema}"
+    path = os.path.abspath(os.path.expanduser(where))
+    sqlite = is_sqlite_path(path, backend)
+    if not (os.path.isfile(path) if sqlite else os.path.isdir(path)):
+        raise UsageError(f"no SQLite store at {path}" if sqlite else f"no store at {path}: not a directory")
+    return open_path(path, sqlite=sqlite, lock_timeout=args.lock_timeout), path
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .. import viewer
+
+    missing = viewer.missing()
+    if missing:
+        err(f"error: serve needs {', '.join(missing)}; {viewer.INSTALL_HINT}")
+        return EXIT_FAILURE
+    from ..viewer.app import Viewer
+    from ..viewer.server import ViewerServer, serve
+
+    store, name = open_for_reading(args)
+
+    def ready(server: ViewerServer) -> None:
+        out(f"Serving {clean(name, one_line=True)} (read-only) at:")
+        out(f"    {server.url}")
+        out("Open that address (it holds this run's token); Ctrl-C stops.")
+        sys.stdout.flush()
+        if args.open:
+            webbrowser.open(server.url)
+
+    try:
+        serve(Viewer(store, name), host=args.host, port=args.port, ready=ready)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    except KeyboardInterrupt:
+        pass
+    finally:
+        store.close()
+    return EXIT_OK
