@@ -119,10 +119,12 @@ class Viewer:
 
     # -- the session list --------------------------------------------------------------------
     def _filters(self, params: Mapping[str, Sequence[str]]) -> source.Filters:
-        state = _one(params, "state")
+        # an empty field of the filter form is no filter
+        state = _one(params, "state") or None
         if state is not None and state not in ("idle", "running", "error"):
             raise HttpError(400, f"unknown state {state!r}: idle, running or error")
-        return source.Filters(name_prefix=_one(params, "name"), agent_alias=_one(params, "alias"), state=state)
+        return source.Filters(name_prefix=_one(params, "name") or None, agent_alias=_one(params, "alias") or None,
+                              state=state)
 
     def _list(self, params: Mapping[str, Sequence[str]]) -> tuple[source.Filters, list[dict[str, Any]], str | None]:
         filters = self._filters(params)
@@ -198,7 +200,7 @@ class Viewer:
             return self._page("search.html", query="", hits=[], next_url=None)
         roles = list(params.get("role", ())) or None
         keys = list(params.get("key", ())) or None
-        alias, name = _one(params, "alias"), _one(params, "name")
+        alias, name = _one(params, "alias") or None, _one(params, "name") or None
         found = source.search_page(self.store, text, roles=roles, keys=keys, agent_alias=alias, name=name,
                                    cursor=_one(params, "cursor"))
         hits = [_hit(h) for h in found.hits]

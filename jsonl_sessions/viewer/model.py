@@ -146,7 +146,7 @@ def _tool_calls(extra: Mapping[str, Any], limit: int | None) -> list[ToolCall]:
             continue
         function = call.get("function")
         fn: Mapping[str, Any] = function if isinstance(function, dict) else call
-        name = fn.get("name") if isinstance(fn.get("name"), str) else "?"
+        name: str = fn["name"] if isinstance(fn.get("name"), str) else "?"
         args = fn.get("arguments", fn.get("input", ""))
         if isinstance(args, str):
             try:  # OpenAI sends the arguments as a JSON string: show them indented
