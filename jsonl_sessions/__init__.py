@@ -31,6 +31,8 @@ from .jsonl.store import SessionStore
 from .types import (
     ChatMessage,
     Page,
+    SearchHit,
+    SearchPage,
     SessionMetadata,
     SessionQuery,
     SessionState,
@@ -77,6 +79,8 @@ __all__ = [
     "MessageNotFoundError",
     "OutcomeUnknownError",
     "Page",
+    "SearchHit",
+    "SearchPage",
     "SerializationError",
     "SessionBackend",
     "SessionExistsError",

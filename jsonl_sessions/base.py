@@ -41,6 +41,7 @@ from .arguments import (
     check_window,
 )
 from .compaction import CompactionReport
+from .finding import Collector, MessageSearch, check_search
 from .ids import now_ms
 from .keys import validate_key
 from .protocol import SessionBackend
@@ -49,6 +50,7 @@ from .types import (
     Durability,
     MessageLike,
     Page,
+    SearchPage,
     SessionMetadata,
     SessionQuery,
     SessionState,
@@ -182,6 +184,12 @@ class BaseStore(SessionBackend):
     def _search(self, needle: str, limit: int | None, alias: str | None) -> list[SessionMetadata]:
         """:meth:`search` for the casefolded keyword ``needle`` (checked query)."""
 
+    @abc.abstractmethod
+    def _find_messages(self, search: MessageSearch, collector: Collector) -> None:
+        """Offer ``collector`` every message line (with its session key and 0-based
+        position) of every session ``search.wants_session`` accepts; lines that cannot
+        hold every term may be left out (see :mod:`jsonl_sessions.finding`)."""
+
     # -- primitives: metadata -------------------------------------------------------------
     @abc.abstractmethod
     def _meta_of(self, key: str) -> Mapping[str, Any] | None:
@@ -304,6 +312,14 @@ class BaseStore(SessionBackend):
     def search(self, query: SessionQuery) -> list[SessionMetadata]:
         needle, limit, alias = check_query(query)
         return self._search(needle, limit, alias)
+
+    def search_messages(self, text: str, *, roles: Iterable[str] | None = None, keys: Iterable[str] | None = None,
+                        agent_alias: str | None = None, name: str | None = None, since: int | None = None,
+                        until: int | None = None, limit: int = 50, cursor: str | None = None) -> SearchPage:
+        search = check_search(text, roles, keys, agent_alias, name, since, until, limit, cursor)
+        collector = search.collector()
+        self._find_messages(search, collector)
+        return collector.page()
 
     # -- metadata --------------------------------------------------------------------------
     def list_sessions_with_metadata(self) -> list[SessionMetadata]:

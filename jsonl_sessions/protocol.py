@@ -44,6 +44,7 @@ from .types import (
     Durability,
     MessageLike,
     Page,
+    SearchPage,
     SessionMetadata,
     SessionQuery,
     SessionState,
@@ -321,6 +322,35 @@ class SessionBackend(Protocol):
         Cost: O(total size of the scanned sessions)."""
         ...
 
+    def search_messages(self, text: str, *, roles: Iterable[str] | None = None, keys: Iterable[str] | None = None,
+                        agent_alias: str | None = None, name: str | None = None, since: int | None = None,
+                        until: int | None = None, limit: int = 50, cursor: str | None = None) -> SearchPage:
+        """The messages whose searchable text holds every term of ``text``, newest first,
+        at most ``limit``, with the cursor of the next page.
+
+        ``text``: words and ``"quoted phrases"``; a message matches when each occurs in its
+        searchable text (the text of its ``content``, as :meth:`search` reads it: parts
+        joined by a newline) by Unicode case folding (``str.casefold``: ``"strasse"``
+        matches ``"Straße"``); no term (an empty ``text``) matches every message. Filters:
+        ``roles`` (the message's role is one of them), ``keys`` (the session is one of
+        them), ``agent_alias`` (the session is attributed to it), ``name`` (the session's
+        name contains it, case folded), ``since`` / ``until`` (``created_at`` in
+        ``[since, until)``, ms; a message without ``created_at`` passes neither).
+        Order: ``created_at`` descending (messages without one last), then session key,
+        then the later message of a session first. ``cursor`` is the ``cursor`` of the
+        previous page (opaque); the next page starts strictly after its last hit. Each
+        hit has a ``snippet`` of the text around the first match and the offsets of the
+        matches in it (:mod:`jsonl_sessions.matcher`). Messages that do not parse are
+        skipped, never an error.
+
+        :raises TypeError: an argument of the wrong type.
+        :raises ValueError: ``limit`` is not an int from 1 to 10,000, or ``cursor`` is
+            not a cursor of this search (:class:`InvalidArgumentError`); a key of ``keys``
+            cannot name a session (:class:`InvalidSessionKeyError`).
+        Reads one committed state of each session; takes no lock. Cost: O(total size of
+        the sessions the filters leave), less where the backend's full-text index answers."""
+        ...
+
     def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport:
         """Check the stored data (every session, or only ``keys``) for damage and for what
         interrupted writes left: messages that do not parse (each with its 1-based line
@@ -499,6 +529,10 @@ class AsyncSessionBackend(Protocol):
     async def cleanup_stale(self, ttl_hours: float) -> int: ...
     async def compact(self, key: str, *, repair: bool = False) -> int: ...
     async def search(self, query: SessionQuery) -> list[SessionMetadata]: ...
+    async def search_messages(self, text: str, *, roles: Iterable[str] | None = None,
+                              keys: Iterable[str] | None = None, agent_alias: str | None = None,
+                              name: str | None = None, since: int | None = None, until: int | None = None,
+                              limit: int = 50, cursor: str | None = None) -> SearchPage: ...
     async def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport: ...
     async def get_session_metadata(self, key: str) -> SessionMetadata | None: ...
     async def list_sessions_with_metadata(self) -> list[SessionMetadata]: ...

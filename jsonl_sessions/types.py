@@ -317,3 +317,27 @@ class Page:
     has_more: bool
     before: str | None
     after: str | None
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One message found by ``search_messages``: where it is (session ``key``,
+    ``message_id``), its ``role`` and ``created_at`` (ms since the epoch, None when it has
+    none), and a ``snippet`` of its searchable text around the first match with the
+    ``[start, end)`` character offsets of every match inside the snippet."""
+
+    key: str
+    message_id: str
+    role: str
+    created_at: int | None
+    snippet: str
+    matches: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    """A page of ``search_messages``: ``hits`` newest first, and ``cursor`` (opaque) to pass
+    as ``cursor=`` for the next, older hits; None when there are no more."""
+
+    hits: list[SearchHit]
+    cursor: str | None
