@@ -34,7 +34,7 @@ import orjson
 from ..cli.output import clean
 from ..errors import InvalidSessionKeyError, MessageNotFoundError, SessionNotFoundError, SessionStoreError
 from ..protocol import SessionBackend
-from ..types import SessionMetadata
+from ..types import SearchHit, SessionMetadata
 from . import model, source
 from .pages import render, url
 
@@ -267,7 +267,7 @@ def session_texts(meta: SessionMetadata) -> dict[str, Any]:
             "fork_point_text": clean(meta.fork_point, one_line=True) if meta.fork_point else ""}
 
 
-def _hit(hit: Any) -> dict[str, Any]:
+def _hit(hit: SearchHit) -> dict[str, Any]:
     """A search hit as shown: the snippet cut into (text, marked) pieces at its matches."""
     pieces: list[tuple[str, bool]] = []
     at = 0

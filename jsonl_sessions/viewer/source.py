@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import MessageNotFoundError
 from ..protocol import SessionBackend
-from ..types import ChatMessage, SessionMetadata
+from ..types import ChatMessage, SearchPage, SessionMetadata
 
 #: Messages in a page of a transcript (a window around a message holds twice this, plus it).
 PAGE = 50
@@ -117,11 +117,12 @@ def window(store: SessionBackend, key: str, *, before: str | None = None, after:
 
 def search_page(store: SessionBackend, text: str, *, roles: list[str] | None = None,
                 keys: list[str] | None = None, agent_alias: str | None = None, name: str | None = None,
-                cursor: str | None = None, limit: int = SEARCH_PAGE) -> Any:
+                cursor: str | None = None, limit: int = SEARCH_PAGE) -> SearchPage:
     """A page of messages matching ``text`` (every word and "quoted phrase"), newest first,
-    with the cursor of the next (older) page."""
-    return store.search_messages(text, roles=roles, keys=keys, agent_alias=agent_alias,  # type: ignore[attr-defined]
-                                 name=name, cursor=cursor, limit=limit)
+    with the cursor of the next (older) page. Cost: the store's search (a scan, or its
+    full-text index when it has one)."""
+    return store.search_messages(text, roles=roles, keys=keys, agent_alias=agent_alias, name=name, cursor=cursor,
+                                 limit=limit)
 
 
 __all__ = ["LIST_PAGE", "PAGE", "SEARCH_PAGE", "Filters", "Window", "list_page", "search_page", "window"]
