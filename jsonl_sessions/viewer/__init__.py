@@ -29,7 +29,14 @@ INSTALL_HINT = ("install the viewer extra: pip install 'jsonl-sessions[viewer]' 
 
 def missing() -> list[str]:
     """The distributions of the ``viewer`` extra that are not installed (nothing is imported)."""
-    return [dist for module, dist in REQUIREMENTS.items() if importlib.util.find_spec(module) is None]
+    return [dist for module, dist in REQUIREMENTS.items() if not _found(module)]
+
+
+def _found(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a broken installation
+        return False
 
 
 __all__ = ["INSTALL_HINT", "REQUIREMENTS", "missing"]
