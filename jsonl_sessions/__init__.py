@@ -31,6 +31,7 @@ from .jsonl.store import SessionStore
 from .types import (
     ChatMessage,
     Page,
+    SessionList,
     SessionMetadata,
     SessionQuery,
     SessionState,
@@ -80,6 +81,7 @@ __all__ = [
     "SerializationError",
     "SessionBackend",
     "SessionExistsError",
+    "SessionList",
     "SessionMetadata",
     "SessionNotFoundError",
     "SessionQuery",
