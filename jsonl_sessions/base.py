@@ -27,6 +27,7 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import sidecar
@@ -44,6 +45,7 @@ from .compaction import CompactionReport
 from .finding import Collector, MessageSearch, check_search
 from .ids import now_ms
 from .keys import validate_key
+from .listing import Listing, Sort, check_listing, select
 from .protocol import SessionBackend
 from .types import (
     ChatMessage,
@@ -51,6 +53,7 @@ from .types import (
     MessageLike,
     Page,
     SearchPage,
+    SessionList,
     SessionMetadata,
     SessionQuery,
     SessionState,
@@ -214,6 +217,13 @@ class BaseStore(SessionBackend):
         """The metadata of every session whose metadata object ``keep`` accepts, in key
         order (an unreadable object is None to ``keep``, logged, never an error)."""
 
+    def _list(self, listing: Listing) -> SessionList:
+        """One page of :meth:`list_sessions_with_metadata` (arguments checked). By default
+        the rules of :func:`jsonl_sessions.listing.select` over the full listing; a backend
+        that can order, filter and stop early on its storage overrides it, and must
+        return what that would."""
+        return select(listing, self._where(_everything))
+
     def _count_where(self, keep: Keep) -> int:
         """How many sessions ``keep`` accepts (a backend may count without describing)."""
         return len(self._where(keep))
@@ -322,8 +332,23 @@ class BaseStore(SessionBackend):
         return collector.page()
 
     # -- metadata --------------------------------------------------------------------------
-    def list_sessions_with_metadata(self) -> list[SessionMetadata]:
-        return self._where(_everything)
+    def list_sessions_with_metadata(
+        self,
+        *,
+        sort: Sort = "key",
+        descending: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        cursor: str | None = None,
+        state: str | None = None,
+        agent_alias: str | None = None,
+        name_prefix: str | None = None,
+        updated_since: datetime | None = None,
+    ) -> SessionList:
+        spec = check_listing(sort, descending, limit, offset, cursor, state, agent_alias, name_prefix, updated_since)
+        if spec.everything:
+            return SessionList(self._where(_everything))
+        return self._list(spec)
 
     def get_session_name(self, key: str) -> str | None:
         return sidecar.text(self._meta_of(validate_key(key)), "name")

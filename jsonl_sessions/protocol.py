@@ -37,14 +37,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from .listing import Sort
 from .types import (
     ChatMessage,
     Durability,
     MessageLike,
     Page,
     SearchPage,
+    SessionList,
     SessionMetadata,
     SessionQuery,
     SessionState,
@@ -380,10 +383,47 @@ class SessionBackend(Protocol):
         Cost: O(1) in the session's length."""
         ...
 
-    def list_sessions_with_metadata(self) -> list[SessionMetadata]:
-        """Every session's metadata, in key order. A session whose metadata cannot be read
-        is listed with what its storage tells (logged), never an error.
-        Cost: O(N), no message is read."""
+    def list_sessions_with_metadata(
+        self,
+        *,
+        sort: Sort = "key",
+        descending: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        cursor: str | None = None,
+        state: str | None = None,
+        agent_alias: str | None = None,
+        name_prefix: str | None = None,
+        updated_since: datetime | None = None,
+    ) -> SessionList:
+        """Sessions' metadata, sorted, filtered and paged; without arguments every session
+        in key order. A session whose metadata cannot be read is listed with what its
+        storage tells (logged), never an error.
+
+        ``sort``: ``"key"``, ``"updated_at"``, ``"created_at"``, ``"name"`` or
+        ``"message_count"``; ties are broken by the key, in the same direction; a session
+        without the value (no name, no ``created_at``) comes after every session with one
+        in both directions. ``descending`` reverses the order. Filters (all given must
+        hold): ``state`` (the run state), ``agent_alias``, ``name_prefix`` (the name
+        starts with it, case-sensitive; a session without a name never matches),
+        ``updated_since`` (``updated_at >= updated_since``, an aware datetime).
+        At most ``limit`` sessions (None: all), after skipping ``offset`` of them or from
+        ``cursor`` on. The result is a list (:class:`~jsonl_sessions.types.SessionList`)
+        whose ``cursor`` continues the listing (None: this was the last page).
+
+        The cursor is keyset paging: it names the sort value and key of the last session
+        returned, and the next page holds the sessions after that position as they are
+        when it is read. Walking pages by cursor, a session that exists throughout and
+        whose sort value does not change appears exactly once; sessions added meanwhile
+        appear when their position is after the cursor; one whose sort value changed
+        between two pages may appear twice or not at all. An offset shifts when sessions
+        are added or removed before it.
+
+        :raises InvalidArgumentError: an unknown ``sort`` or ``state``, a negative
+            ``limit`` or ``offset``, both ``cursor`` and ``offset``, a malformed cursor
+            or one of another sort or direction, a naive ``updated_since``.
+        Cost: O(N) in the sessions, no message is read (a backend may stop early: each
+        states how)."""
         ...
 
     def get_session_name(self, key: str) -> str | None:
@@ -535,7 +575,19 @@ class AsyncSessionBackend(Protocol):
                               limit: int = 50, cursor: str | None = None) -> SearchPage: ...
     async def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport: ...
     async def get_session_metadata(self, key: str) -> SessionMetadata | None: ...
-    async def list_sessions_with_metadata(self) -> list[SessionMetadata]: ...
+    async def list_sessions_with_metadata(
+        self,
+        *,
+        sort: Sort = "key",
+        descending: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        cursor: str | None = None,
+        state: str | None = None,
+        agent_alias: str | None = None,
+        name_prefix: str | None = None,
+        updated_since: datetime | None = None,
+    ) -> SessionList: ...
     async def get_session_name(self, key: str) -> str | None: ...
     async def set_session_name(self, key: str, name: str) -> None: ...
     async def get_session_agent_alias(self, key: str) -> str | None: ...

@@ -10,7 +10,7 @@ behaves like a frozen dataclass: fields are read-only attributes, equality is by
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -298,6 +298,20 @@ class SessionMetadata:
     context: dict[str, str] = field(default_factory=dict)
     parent: str | None = None
     fork_point: str | None = None
+
+
+class SessionList(list[SessionMetadata]):
+    """A list of sessions (a plain list in every other respect) with the cursor of the next page."""
+
+    #: Opaque; pass it as ``cursor=`` for the next page. None: this was the last page.
+    cursor: str | None
+
+    def __init__(self, sessions: Iterable[SessionMetadata] = (), cursor: str | None = None) -> None:
+        super().__init__(sessions)
+        self.cursor = cursor
+
+    def __repr__(self) -> str:
+        return f"SessionList({list.__repr__(self)}, cursor={self.cursor!r})"
 
 
 @dataclass(frozen=True, slots=True)
