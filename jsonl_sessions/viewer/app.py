@@ -128,7 +128,7 @@ class Viewer:
 
     def _list(self, params: Mapping[str, Sequence[str]]) -> tuple[source.Filters, list[dict[str, Any]], str | None]:
         filters = self._filters(params)
-        found, cursor = source.list_page(self.store, filters, cursor=_one(params, "cursor"))
+        found, cursor = source.list_page(self.store, filters, cursor=_one(params, "cursor") or None)
         rows = [_row(md) for md in found]
         next_url = None if cursor is None else url(
             "/", name=filters.name_prefix, alias=filters.agent_alias, state=filters.state, cursor=cursor)
@@ -202,7 +202,7 @@ class Viewer:
         keys = list(params.get("key", ())) or None
         alias, name = _one(params, "alias") or None, _one(params, "name") or None
         found = source.search_page(self.store, text, roles=roles, keys=keys, agent_alias=alias, name=name,
-                                   cursor=_one(params, "cursor"))
+                                   cursor=_one(params, "cursor") or None)
         hits = [_hit(h) for h in found.hits]
         next_url = None if found.cursor is None else url("/search", q=text, alias=alias, name=name,
                                                          cursor=found.cursor)

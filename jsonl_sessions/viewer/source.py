@@ -15,7 +15,6 @@ read of the store's public API; nothing here writes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import MessageNotFoundError
 from ..protocol import SessionBackend
@@ -45,21 +44,11 @@ class Filters:
 def list_page(store: SessionBackend, filters: Filters, *, cursor: str | None = None,
               limit: int = LIST_PAGE) -> tuple[list[SessionMetadata], str | None]:
     """A page of sessions, most recent activity first, and the cursor of the next page
-    (None: this was the last). Cost: the listing's (O(page) reads of metadata with an
-    index or a count cache, per backend)."""
-    try:
-        found: Any = store.list_sessions_with_metadata(  # type: ignore[call-arg]
-            sort="updated_at", descending=True, limit=limit, cursor=cursor,
-            state=filters.state, agent_alias=filters.agent_alias, name_prefix=filters.name_prefix)
-    except TypeError:  # TEMPORARY until the listing API lands
-        every = [md for md in store.list_sessions_with_metadata()
-                 if (filters.state is None or md.state == filters.state)
-                 and (filters.agent_alias is None or md.agent_alias == filters.agent_alias)
-                 and (filters.name_prefix is None or (md.name or "").startswith(filters.name_prefix))]
-        every.sort(key=lambda md: (-(md.updated_at.timestamp() if md.updated_at else 0), md.key))
-        start = int(cursor or 0)
-        nxt = str(start + limit) if start + limit < len(every) else None
-        return every[start:start + limit], nxt
+    (None: this was the last), by the listing's keyset cursor (stable while sessions are
+    added or written). Cost: the store's listing."""
+    found = store.list_sessions_with_metadata(
+        sort="updated_at", descending=True, limit=limit, cursor=cursor,
+        state=filters.state, agent_alias=filters.agent_alias, name_prefix=filters.name_prefix)
     return list(found), found.cursor
 
 
