@@ -173,7 +173,7 @@ def test_scrolling_back_loads_three_older_pages_by_cursor(page: Any, viewer: Run
         [f"long message {i}" for i in range(LONG - 200, LONG)]
     older = page.locator("#older a").get_attribute("href")  # and the next page has an address of its own
     page.goto(viewer.base + older)
-    assert "long message 59" in _ids(page)[-1]
+    assert "long message 59" in _ids(page)[-1], older
 
 
 def test_a_search_hit_opens_the_session_at_that_message(page: Any, viewer: Running) -> None:

@@ -112,15 +112,21 @@ function setupSession() {
     return part.more;
   }
 
+  // A window that does not reach the newest message (an older page, a search hit) loads
+  // newer pages only once the reader scrolls: opened from a link, it stays what the link showed.
   const newerLink = document.getElementById("newer");
   if (list.dataset.live !== "on" && newerLink) {
-    whenVisible(newerLink, async () => {
-      if (await newer()) return true;
-      newerLink.remove();
-      list.dataset.live = "on";
-      tail();
-      return false;
-    });
+    const arm = () => {
+      for (const name of ["wheel", "keydown", "touchmove"]) window.removeEventListener(name, arm);
+      whenVisible(newerLink, async () => {
+        if (await newer()) return true;
+        newerLink.remove();
+        list.dataset.live = "on";
+        tail();
+        return false;
+      });
+    };
+    for (const name of ["wheel", "keydown", "touchmove"]) window.addEventListener(name, arm, { passive: true });
   }
 
   async function tail() {
