@@ -57,6 +57,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server_version = "jsonl-sessions"
     sys_version = ""
     protocol_version = "HTTP/1.1"
+    # headers and body are two writes: without TCP_NODELAY, Nagle's algorithm and the
+    # client's delayed ACK hold the body back ~40 ms on a kept-alive connection
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # quiet: no request log on the terminal (addresses may hold session keys)
