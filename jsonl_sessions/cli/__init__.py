@@ -343,6 +343,11 @@ def _serve(p: argparse.ArgumentParser) -> None:
                    help="STORE is a PostgreSQL DSN in libpq's key=value form (a postgresql:// URL is recognised)")
     p.add_argument("--schema", default="jsonl_sessions", help="a PostgreSQL store's schema (default jsonl_sessions)")
     p.add_argument("--open", action="store_true", help="open the address in a web browser")
+    p.add_argument("--get", metavar="PATH", default=None,
+                   help="print the response to GET PATH (e.g. '/session?key=K') without starting a server, and exit")
+    p.add_argument("--json", action="store_true",
+                   help='print the address as JSON {"url", "store"}; with --get: {"path", "status", "content_type", '
+                        '"body"}')
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import webbrowser
 
 from ..location import resolve_root
 from ..protocol import SessionBackend
-from .output import EXIT_FAILURE, EXIT_OK, UsageError, clean, err, out
+from .output import EXIT_FAILURE, EXIT_OK, UsageError, clean, err, json_out, out
 from .stores import is_sqlite_path, open_path
 
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
@@ -62,11 +62,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..viewer.server import ViewerServer, serve
 
     store, name = open_for_reading(args)
+    if args.get is not None:
+        try:
+            return _get(Viewer(store, name), args.get, args.json)
+        finally:
+            store.close()
 
     def ready(server: ViewerServer) -> None:
-        out(f"Serving {clean(name, one_line=True)} (read-only) at:")
-        out(f"    {server.url}")
-        out("Open that address (it holds this run's token); Ctrl-C stops.")
+        if args.json:
+            json_out({"url": server.url, "store": name})
+        else:
+            out(f"Serving {clean(name, one_line=True)} (read-only) at:")
+            out(f"    {server.url}")
+            out("Open that address (it holds this run's token); Ctrl-C stops.")
         sys.stdout.flush()
         if args.open:
             webbrowser.open(server.url)
@@ -80,3 +88,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return EXIT_OK
+
+
+def _get(viewer: Viewer, target: str, as_json: bool) -> int:
+    """``serve --get PATH``: the response to ``GET PATH`` without a server (no token needed:
+    nothing listens); the body on stdout, or with ``--json`` one object {"path", "status",
+    "content_type", "body"}. Exit status 0 for 200, else 1."""
+    from urllib.parse import parse_qs, urlsplit
+
+    if not target.startswith("/"):
+        raise UsageError(f"--get takes a path starting with /, not {target!r}")
+    parts = urlsplit(target)
+    response = viewer.handle(parts.path, parse_qs(parts.query, keep_blank_values=True))
+    if as_json:
+        json_out({"path": target, "status": response.status, "content_type": response.content_type,
+                  "body": response.body.decode("utf-8", "replace")})
+    else:
+        sys.stdout.buffer.write(response.body)
+        sys.stdout.flush()
+    return EXIT_OK if response.status == 200 else EXIT_FAILURE

@@ -30,7 +30,7 @@ from ..records import tool_call_id_of
 from ..types import ChatMessage, datetime_of_ms
 
 #: The longest text shown in full (characters); longer texts are cut, the rest is in the raw JSON.
-MAX_TEXT = 100_000
+MAX_TEXT = 20_000
 #: The roles styled apart; any other role is shown as "other".
 ROLES = frozenset({"user", "assistant", "system", "tool", "developer"})
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import http.client
 import os
 import pathlib
 import queue
@@ -877,12 +878,46 @@ def test_every_command_runs_as_a_real_process(command: str, populated: pathlib.P
         assert done.returncode == 0, done.stderr
         assert "copied 1 session from the JSONL directory" in done.stdout
         return
+    if command == "serve":
+        _serve_as_process(populated)
+        return
     argv, status, expected = SUBPROCESS_CASES[command]
     stdin = '[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]'
     done = cli(*argv, root=populated, stdin=stdin if command == "import" else None)
     assert done.returncode == status, done.stderr
     assert expected in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def _serve_as_process(root: pathlib.Path) -> None:
+    """``serve --port 0``: prints its address, answers it (token, then cookie), stops on Ctrl-C with 0."""
+    pytest.importorskip("jinja2", reason="the viewer extra: pip install '.[viewer]'")
+    with subprocess.Popen([sys.executable, "-m", "jsonl_sessions", "--root", str(root), "serve", "--port", "0"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()) as proc:
+        _serve_checks(proc)
+
+
+def _serve_checks(proc: subprocess.Popen[str]) -> None:
+    try:
+        assert proc.stdout is not None
+        url = next(line.strip() for line in proc.stdout if "?token=" in line)
+        host, rest = url.removeprefix("http://").split("/", 1)
+        conn = http.client.HTTPConnection(host, timeout=60)
+        conn.request("GET", "/" + rest)
+        first = conn.getresponse()
+        first.read()
+        assert first.status == 303
+        conn.request("GET", "/", headers={"Cookie": first.getheader("Set-Cookie", "").split(";")[0]})
+        page = conn.getresponse()
+        assert page.status == 200 and "demo/chat" in page.read().decode()
+        conn.close()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_console_script_entry_point_exists() -> None:
@@ -911,6 +946,7 @@ JSON_CASES: dict[str, list[str]] = {
     "stats": ["stats"],
     "migrate": ["migrate", "{root}", "{tmp}/copy.db"],
     "demo": ["demo", "--root", "{tmp}/tour"],
+    "serve": ["serve", "--get", "/session?key=demo%2Fchat"],
 }
 
 
