@@ -13,9 +13,13 @@ import argparse
 import os
 import sys
 import webbrowser
+from typing import TYPE_CHECKING
 
 from ..location import resolve_root
 from ..protocol import SessionBackend
+
+if TYPE_CHECKING:
+    from ..viewer.app import Viewer
 from .output import EXIT_FAILURE, EXIT_OK, UsageError, clean, err, json_out, out
 from .stores import is_sqlite_path, open_path
 

@@ -31,11 +31,11 @@ from urllib.parse import quote
 
 import orjson
 
-from ..cli.output import clean
 from ..errors import InvalidSessionKeyError, MessageNotFoundError, SessionNotFoundError, SessionStoreError
 from ..protocol import SessionBackend
 from ..types import SearchHit, SessionMetadata
 from . import model, source
+from .model import visible
 from .pages import render, url
 
 #: The static files served, and their types.
@@ -80,7 +80,7 @@ class Viewer:
 
     def __init__(self, store: SessionBackend, name: str) -> None:
         self.store = store
-        self.name = clean(name, one_line=True)
+        self.name = visible(name, one_line=True)
         self._routes: dict[str, Callable[[Mapping[str, Sequence[str]]], Response]] = {
             "/": self.sessions, "/sessions.part": self.sessions_part, "/session": self.session,
             "/messages.part": self.messages_part, "/raw": self.raw, "/search": self.search,
@@ -111,7 +111,7 @@ class Viewer:
 
     def error(self, status: int, detail: str) -> Response:
         body = render("error.html", store_name=self.name, status=status, reason=REASONS.get(status, ""),
-                      detail=clean(detail))
+                      detail=visible(detail))
         return Response(status, body.encode())
 
     def _page(self, template: str, **context: Any) -> Response:
@@ -156,7 +156,7 @@ class Viewer:
             raise SessionNotFoundError(key=key)
         shown = source.window(self.store, key, before=cursors["before"], after=cursors["after"], at=cursors["at"])
         link, raw = _links(key)
-        title = clean(meta.name, one_line=True) if meta.name else clean(key, one_line=True)
+        title = visible(meta.name, one_line=True) if meta.name else visible(key, one_line=True)
         return self._page(
             "session.html", title=title, key=key, meta=meta, messages=model.views(shown.messages),
             link=link, raw=raw, live=shown.live, target=cursors["at"],
@@ -250,21 +250,21 @@ def _state_class(state: str | None) -> str:
 
 def _row(md: SessionMetadata) -> dict[str, Any]:
     updated, updated_iso = _when(md.updated_at)
-    return {"key": md.key, "key_text": clean(md.key, one_line=True),
-            "name": clean(md.name, one_line=True) if md.name else "", "state": md.state and clean(md.state),
+    return {"key": md.key, "key_text": visible(md.key, one_line=True),
+            "name": visible(md.name, one_line=True) if md.name else "", "state": md.state and visible(md.state),
             "state_class": _state_class(md.state), "message_count": md.message_count, "updated": updated,
             "updated_iso": updated_iso, "parent": md.parent, "fork_point": md.fork_point,
-            "parent_text": clean(md.parent, one_line=True) if md.parent is not None else ""}
+            "parent_text": visible(md.parent, one_line=True) if md.parent is not None else ""}
 
 
 def session_texts(meta: SessionMetadata) -> dict[str, Any]:
     """The metadata fields of the session header, as display text."""
     updated, updated_iso = _when(meta.updated_at)
-    return {"key_text": clean(meta.key, one_line=True), "updated": updated, "updated_iso": updated_iso,
+    return {"key_text": visible(meta.key, one_line=True), "updated": updated, "updated_iso": updated_iso,
             "state_class": _state_class(meta.state),
-            "alias_text": clean(meta.agent_alias, one_line=True) if meta.agent_alias else "",
-            "parent_text": clean(meta.parent, one_line=True) if meta.parent is not None else "",
-            "fork_point_text": clean(meta.fork_point, one_line=True) if meta.fork_point else ""}
+            "alias_text": visible(meta.agent_alias, one_line=True) if meta.agent_alias else "",
+            "parent_text": visible(meta.parent, one_line=True) if meta.parent is not None else "",
+            "fork_point_text": visible(meta.fork_point, one_line=True) if meta.fork_point else ""}
 
 
 def _hit(hit: SearchHit) -> dict[str, Any]:
@@ -273,12 +273,12 @@ def _hit(hit: SearchHit) -> dict[str, Any]:
     at = 0
     for start, end in hit.matches:
         if start > at:
-            pieces.append((clean(hit.snippet[at:start], one_line=True), False))
-        pieces.append((clean(hit.snippet[start:end], one_line=True), True))
+            pieces.append((visible(hit.snippet[at:start], one_line=True), False))
+        pieces.append((visible(hit.snippet[start:end], one_line=True), True))
         at = max(at, end)
     if at < len(hit.snippet):
-        pieces.append((clean(hit.snippet[at:], one_line=True), False))
-    return {"key_text": clean(hit.key, one_line=True), "role": clean(hit.role, one_line=True),
+        pieces.append((visible(hit.snippet[at:], one_line=True), False))
+    return {"key_text": visible(hit.key, one_line=True), "role": visible(hit.role, one_line=True),
             "time": model.utc_text(hit.created_at), "iso": model.iso_text(hit.created_at), "pieces": pieces,
             "url": url("/session", key=hit.key, at=hit.message_id) + "#m-" + quote(hit.message_id, safe="")}
 

@@ -18,10 +18,10 @@ from urllib.parse import quote
 
 from markupsafe import Markup
 
-from ..cli.output import clean
 from ..types import ChatMessage, SessionMetadata
 from . import model
 from .app import session_texts
+from .model import visible
 from .pages import render
 
 
@@ -49,7 +49,7 @@ def to_html(meta: SessionMetadata, messages: Iterable[ChatMessage]) -> str:
     def raw_json(m: model.MessageView) -> str:
         return model.raw_json(by_id[m.id]) if m.id in by_id else ""
 
-    title = clean(meta.name, one_line=True) if meta.name else clean(meta.key, one_line=True)
+    title = visible(meta.name, one_line=True) if meta.name else visible(meta.key, one_line=True)
     exported = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return render("export.html", title=title, meta=meta, messages=model.views(shown, cut=False), link=link,
                   raw_json=raw_json, css=Markup(css), csp=csp, exported=exported, **session_texts(meta))

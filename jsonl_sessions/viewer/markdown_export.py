@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ..cli.output import clean
 from ..types import ChatMessage, SessionMetadata
 from . import model
+from .model import visible
 
 _BACKTICKS = re.compile(r"`+")
 
@@ -32,7 +32,7 @@ def fence(text: str, info: str = "") -> str:
 
 def code(text: str) -> str:
     """``text`` (one line) as an inline code span that no backtick in it can end."""
-    text = clean(text, one_line=True)
+    text = visible(text, one_line=True)
     longest = max((len(m.group()) for m in _BACKTICKS.finditer(text)), default=0)
     bar = "`" * (longest + 1)
     pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) or not text else ""
@@ -83,7 +83,7 @@ def _message(m: model.MessageView, level: str = "###") -> list[str]:
 
 def _metadata(meta: SessionMetadata) -> list[str]:
     title = meta.name or meta.key
-    out = [f"# {clean(title, one_line=True)}\n",
+    out = [f"# {visible(title, one_line=True)}\n",
            f"- key: {code(meta.key)}", f"- messages: {meta.message_count:,}"]
     if meta.state:
         out.append(f"- state: {code(meta.state)}")

@@ -34,12 +34,24 @@ MAX_TEXT = 20_000
 #: The roles styled apart; any other role is shown as "other".
 ROLES = frozenset({"user", "assistant", "system", "tool", "developer"})
 
+#: Unicode's bidirectional embedding, override and isolate controls: shown as ``\\u202e``
+#: and so on, so a message cannot reorder the text around it on screen ("Trojan Source").
+_BIDI = {c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+
+
+def visible(text: str, *, one_line: bool = False) -> str:
+    """``text`` as the viewer shows it: control characters as ``\\xNN`` (by the command
+    line's :func:`~jsonl_sessions.cli.output.clean`; with ``one_line`` newlines and tabs
+    too) and bidirectional controls as ``\\uNNNN``."""
+    return clean(text, one_line=one_line).translate(_BIDI)
+
+
 def pretty_json(value: Any) -> str:
     """``value`` as indented JSON (keys in their order), control characters escaped by JSON."""
     try:
         return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode("utf-8")
     except TypeError:
-        return clean(repr(value))
+        return visible(repr(value))
 
 
 def utc_text(ms: int | None) -> str:
@@ -101,7 +113,7 @@ class MessageView:
 
 
 def _cut(text: str, limit: int | None = MAX_TEXT) -> tuple[str, int]:
-    text = clean(text)
+    text = visible(text)
     if limit is None or len(text) <= limit:
         return text, 0
     return text[:limit], len(text) - limit
@@ -109,7 +121,7 @@ def _cut(text: str, limit: int | None = MAX_TEXT) -> tuple[str, int]:
 
 def _part(kind: Literal["text", "code", "json"], text: str, label: str = "", limit: int | None = MAX_TEXT) -> Part:
     shown, omitted = _cut(text, limit)
-    return Part(kind, shown, clean(label), omitted)
+    return Part(kind, shown, visible(label), omitted)
 
 
 def parts_of(content: Any, *, prose: bool = True, limit: int | None = MAX_TEXT) -> list[Part]:
@@ -156,7 +168,7 @@ def _tool_calls(extra: Mapping[str, Any], limit: int | None) -> list[ToolCall]:
         else:
             args = pretty_json(args)
         ident = call["id"] if isinstance(call.get("id"), str) else ""
-        out.append(ToolCall(clean(ident), clean(name), _cut(args, limit)[0]))
+        out.append(ToolCall(visible(ident), visible(name), _cut(args, limit)[0]))
     return out
 
 
@@ -169,11 +181,11 @@ def view(message: ChatMessage, *, cut: bool = True) -> MessageView:
     role = message.role
     name = extra.get("name")
     return MessageView(
-        id=message.id, role=clean(role), role_class=role if role in ROLES else "other",
-        kind=clean(message.kind), created_at=message.created_at, time=utc_text(message.created_at),
-        iso=iso_text(message.created_at), name=clean(name) if isinstance(name, str) else "",
+        id=message.id, role=visible(role), role_class=role if role in ROLES else "other",
+        kind=visible(message.kind), created_at=message.created_at, time=utc_text(message.created_at),
+        iso=iso_text(message.created_at), name=visible(name) if isinstance(name, str) else "",
         parts=parts_of(message.content, prose=result_for is None and role != "tool", limit=limit),
-        tool_calls=_tool_calls(extra, limit), result_for=clean(result_for) if result_for is not None else None)
+        tool_calls=_tool_calls(extra, limit), result_for=visible(result_for) if result_for is not None else None)
 
 
 def views(messages: Iterable[ChatMessage], *, cut: bool = True) -> list[MessageView]:
@@ -201,4 +213,4 @@ def raw_json(message: ChatMessage) -> str:
 
 
 __all__ = ["MAX_TEXT", "ROLES", "MessageView", "Part", "ToolCall", "iso_text", "parts_of", "pretty_json",
-           "raw_json", "utc_text", "view", "views"]
+           "raw_json", "utc_text", "view", "views", "visible"]

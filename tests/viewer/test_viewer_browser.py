@@ -224,6 +224,7 @@ def test_hostile_transcripts_run_nothing_fetch_nothing_and_break_nothing(signed_
     assert "<script>window.__pwned = 1; alert('script')</script>" in shown  # as text
     assert '<img src=x onerror="window.__pwned=1; alert(1)">' in shown
     assert "\\x00" in shown and "\\x1b[31mred" in shown and "\\x9b31m" in shown  # controls made visible
+    assert "RLO \\u202e reversed" in shown  # a bidi override cannot reorder what follows
     assert page.locator("#messages a[href^=javascript]").count() == 0
     assert page.locator("#messages img, #messages iframe, #messages svg, #messages script").count() == 0
     assert "980,000 more characters not shown" in shown  # the 1 MB line is cut, the page still works
