@@ -339,6 +339,9 @@ def _serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="the address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_count, default=8765, help="the port (default 8765; 0: any free port)")
+    p.add_argument("--from", dest="source", choices=("claude-code", "codex"), default=None,
+                   help="STORE is that tool's session folder (e.g. ~/.claude/projects, ~/.codex/sessions), shown "
+                        "read-only from memory (needs the testing extra too)")
     p.add_argument("--postgres", action="store_true",
                    help="STORE is a PostgreSQL DSN in libpq's key=value form (a postgresql:// URL is recognised)")
     p.add_argument("--schema", default="jsonl_sessions", help="a PostgreSQL store's schema (default jsonl_sessions)")

@@ -38,8 +38,18 @@ def read_only_dsn(dsn: str) -> str:
 def open_for_reading(args: argparse.Namespace) -> tuple[SessionBackend, str]:
     """The store to view and how to name it: ``STORE`` (else ``--root``, else the default
     root), a PostgreSQL DSN (``postgresql://...`` or ``--postgres``), a SQLite file or a
-    JSONL directory (``--backend``), which must exist."""
+    JSONL directory (``--backend``), which must exist; with ``--from claude-code|codex``,
+    that tool's session folder read into memory (:mod:`jsonl_sessions.viewer.foreign`)."""
     where = args.store if args.store is not None else resolve_root(args.root)
+    if args.source is not None:
+        from ..viewer.foreign import MEMORY_HINT, load_folder
+
+        try:
+            return load_folder(args.source, os.path.expanduser(where)), f"{args.source} folder {where}"
+        except ImportError:
+            raise UsageError(MEMORY_HINT) from None
+        except FileNotFoundError as exc:
+            raise UsageError(str(exc)) from None
     backend = getattr(args, "backend", "auto")
     if args.postgres or where.startswith(POSTGRES_PREFIXES):
         try:
