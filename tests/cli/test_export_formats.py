@@ -102,7 +102,7 @@ def test_html_is_one_self_contained_page_that_runs_and_loads_nothing(root: pathl
     digest = base64.b64encode(hashlib.sha256(parsed.style.encode()).digest()).decode()
     assert f"style-src 'sha256-{digest}'" in csp  # the inline stylesheet is the one the policy allows
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in out
-    call = re.search(r'<details class="tool-call"[^>]*data-call-id="call_1">.*?</details>', out, re.S)
+    call = re.search(r'<details class="tool-call"[^>]*data-call-id="call_1">.*?</details>', out, re.DOTALL)
     assert call is not None and "found ``` here" in call.group()  # the result inside its call
     assert out.count('<details class="raw-json">') == len(TRICKY) + 3
 

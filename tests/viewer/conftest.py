@@ -22,9 +22,9 @@ import pytest
 pytest.importorskip("jinja2", reason="the viewer extra: pip install '.[viewer]'")
 pytest.importorskip("markdown_it", reason="the viewer extra: pip install '.[viewer]'")
 
-from jsonl_sessions.protocol import SessionBackend  # noqa: E402
-from jsonl_sessions.viewer.app import Viewer  # noqa: E402
-from jsonl_sessions.viewer.server import ViewerServer  # noqa: E402
+from jsonl_sessions.protocol import SessionBackend
+from jsonl_sessions.viewer.app import Viewer
+from jsonl_sessions.viewer.server import ViewerServer
 
 CHROMIUM = os.environ.get("JSONL_SESSIONS_CHROMIUM", "/usr/bin/chromium")
 REQUIRE = os.environ.get("JSONL_SESSIONS_REQUIRE_BROWSER") == "1"

@@ -218,7 +218,7 @@ def test_hostile_transcripts_run_nothing_fetch_nothing_and_break_nothing(signed_
     assert page.evaluate("window.__pwned") is None
     assert signed_in.dialogs == []
     made = signed_in.requests[before:]
-    assert made and all(u.startswith(viewer.base + "/") or u.startswith("data:") for u in made), made
+    assert made and all(u.startswith((viewer.base + "/", "data:")) for u in made), made
     assert not [c for c in signed_in.console if "Content Security Policy" in c or "pageerror" in c]
     shown = page.locator("#messages").inner_text()
     assert "<script>window.__pwned = 1; alert('script')</script>" in shown  # as text
@@ -232,3 +232,26 @@ def test_hostile_transcripts_run_nothing_fetch_nothing_and_break_nothing(signed_
     assert len(_ids(page)) == len(HOSTILE_TEXTS) + 1
     page.evaluate("window.scrollTo(0, 0)")
     screenshot(page, "viewer-hostile")
+
+
+def test_the_html_export_is_styled_runs_nothing_and_loads_nothing(signed_in: Browser, page: Any, viewer: Running,
+                                                                  tmp_path: pathlib.Path) -> None:
+    from jsonl_sessions.viewer.html_export import to_html
+
+    for key in ("tools/run", HOSTILE_KEY):
+        meta = viewer.store.get_session_metadata(key)
+        assert meta is not None
+        path = tmp_path / "export.html"
+        path.write_text(to_html(meta, viewer.store.load(key)), encoding="utf-8")
+        before = len(signed_in.requests)
+        page.goto(path.as_uri())
+        for details in page.locator("details").all():
+            details.locator("summary").first.click()
+        assert page.evaluate("window.__pwned") is None and signed_in.dialogs == []
+        assert signed_in.requests[before:] == [path.as_uri()]  # the file itself, nothing else
+        # the inline stylesheet applies: the policy's hash is the stylesheet's
+        width = page.eval_on_selector("li.msg", "e => getComputedStyle(e).borderLeftWidth")
+        assert width == "4px"
+        assert not [c for c in signed_in.console if "Content Security Policy" in c]
+        if key == "tools/run":  # the result inside its call's box, as in the viewer
+            assert "src/app.py:12: # TODO: retry" in page.locator("details.tool-call").first.inner_text()

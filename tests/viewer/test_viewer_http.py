@@ -16,8 +16,8 @@ import pytest
 from conftest import Running
 
 from jsonl_sessions import SessionStore
-from jsonl_sessions.sqlite import SqliteSessionStore
 from jsonl_sessions.protocol import SessionBackend
+from jsonl_sessions.sqlite import SqliteSessionStore
 from jsonl_sessions.viewer.app import STATIC
 from jsonl_sessions.viewer.security import CSP
 
