@@ -196,17 +196,18 @@ class Viewer:
     # -- search ------------------------------------------------------------------------------
     def search(self, params: Mapping[str, Sequence[str]]) -> Response:
         text = (_one(params, "q") or "").strip()
+        # an empty field of the filter form is no filter
+        role, alias, name = _one(params, "role") or None, _one(params, "alias") or None, _one(params, "name") or None
+        keys = [k for k in params.get("key", ()) if k] or None
+        chosen = {"role": role or "", "alias": alias or "", "name": name or ""}
         if not text:
-            return self._page("search.html", query="", hits=[], next_url=None)
-        roles = list(params.get("role", ())) or None
-        keys = list(params.get("key", ())) or None
-        alias, name = _one(params, "alias") or None, _one(params, "name") or None
-        found = source.search_page(self.store, text, roles=roles, keys=keys, agent_alias=alias, name=name,
-                                   cursor=_one(params, "cursor") or None)
+            return self._page("search.html", query="", hits=[], next_url=None, chosen=chosen)
+        found = source.search_page(self.store, text, roles=[role] if role else None, keys=keys, agent_alias=alias,
+                                   name=name, cursor=_one(params, "cursor") or None)
         hits = [_hit(h) for h in found.hits]
-        next_url = None if found.cursor is None else url("/search", q=text, alias=alias, name=name,
+        next_url = None if found.cursor is None else url("/search", q=text, role=role, alias=alias, name=name,
                                                          cursor=found.cursor)
-        return self._page("search.html", query=text, hits=hits, next_url=next_url)
+        return self._page("search.html", query=text, hits=hits, next_url=next_url, chosen=chosen)
 
 
 # -- helpers ---------------------------------------------------------------------------------

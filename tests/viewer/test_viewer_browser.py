@@ -185,6 +185,12 @@ def test_a_search_hit_opens_the_session_at_that_message(page: Any, viewer: Runni
     assert hits.count() == 1
     assert hits.locator("mark").inner_text().casefold() == "zebrafish"
     screenshot(page, "viewer-search")
+    page.select_option("form.filters select[name=role]", "assistant")  # the hit is a user's message
+    page.click("form.filters button")
+    page.wait_for_url("**role=assistant**")
+    assert page.locator("li.hit").count() == 0
+    page.go_back()
+    hits = page.locator("li.hit")
     hits.locator("a.hit-link").click()
     page.wait_for_selector("li.msg.target")
     assert "zebrafish" in page.locator("li.msg.target").inner_text()
