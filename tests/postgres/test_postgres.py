@@ -223,7 +223,7 @@ def test_pool_size_threads_in_lock_blocks_at_once_each_use_their_blocks_connecti
                 assert store.get_message_count(key) == 1
                 assert [m.content for m in other.load(key)] == ["in"]  # committed before the block ends
                 inside.wait()
-        except BaseException as exc:  # reported below
+        except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(k,)) for k in ("a", "b")]
