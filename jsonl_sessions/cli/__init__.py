@@ -24,14 +24,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shlex
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .. import __version__
-from ..errors import CorruptTranscriptError, InvalidSessionKeyError, LockTimeoutError, SessionStoreError
+from ..errors import InvalidSessionKeyError, LockTimeoutError, SessionStoreError
 from ..location import ENV_ROOT, default_root, resolve_root
 from .demo import cmd_demo
 from .migrate import cmd_migrate
@@ -94,9 +93,6 @@ def _run(args: argparse.Namespace) -> int:
     except (UsageError, InvalidSessionKeyError) as exc:
         err(f"error: {exc}")
         return EXIT_USAGE
-    except CorruptTranscriptError as exc:
-        err(f"error: {exc}; `{PROG} repair {shlex.quote(exc.key or '')}` sets corrupt lines aside")
-        return EXIT_FAILURE
     except LockTimeoutError as exc:
         err(f"error: {exc}; try again, or raise --lock-timeout")
         return EXIT_FAILURE
