@@ -18,7 +18,7 @@ Guard
     lock_timeout``; SQLSTATE 55P03 -> :class:`LockTimeoutError`). A transaction-level
     lock ends with its transaction, whatever happens to the client: a killed client's
     backend rolls back and the lock is free. Only a ``lock(key)`` block (below) holds a
-    session-level lock, on a connection it keeps out of the pool until it released it.
+    session-level lock, on a connection it keeps out of the pool until it has released it.
     Session rows are also read ``FOR UPDATE`` by the mutations, so operations over many
     sessions (attribution, TTL cleanup) are serialised with the per-session writers by
     row locks.
