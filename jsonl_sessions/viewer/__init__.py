@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import importlib.util
 
+from ..extras import install_hint
+
 #: The modules the HTML parts need, and the distributions that provide them.
 REQUIREMENTS = {"jinja2": "jinja2", "markdown_it": "markdown-it-py"}
 
-INSTALL_HINT = ("install the viewer extra: pip install 'jsonl-sessions[viewer]' "
-                "(from a checkout: pip install -e '.[viewer]')")
+INSTALL_HINT = "install the viewer extra: " + install_hint("viewer")
 
 
 def missing() -> list[str]:

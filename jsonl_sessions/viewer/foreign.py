@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import SessionExistsError
+from ..extras import install_hint
 from ..foreign.transfer import import_claude_code, import_codex, iter_codex_rollouts
 from ..protocol import SessionBackend
 
 Kind = Literal["claude-code", "codex"]
 #: What to install when the in-memory store cannot be imported.
 MEMORY_HINT = ("the in-memory store of --from is jsonl_sessions.testing's, which needs the testing extra: "
-               "pip install -e '.[viewer,testing]'")
+               + install_hint("testing"))
 
 
 def load_folder(kind: Kind, path: str | os.PathLike[str]) -> SessionBackend:

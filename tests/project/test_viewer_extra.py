@@ -74,4 +74,4 @@ def test_without_the_extra_serve_and_html_export_say_how_to_install_it(tmp_path:
     assert len(lines) == 2
     for line in lines:
         assert "jinja2, markdown-it-py" in line
-        assert "pip install 'jsonl-sessions[viewer]'" in line and "pip install -e '.[viewer]'" in line
+        assert "pip install 'jsonl-sessions[viewer]'" in line and "pip install -e '.[viewer]'" in line  # index, checkout

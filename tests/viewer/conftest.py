@@ -1,6 +1,6 @@
-"""Fixtures of the viewer's tests: a server over a store in a temporary directory, and a
-real headless Chromium (the system's ``/usr/bin/chromium``) driven by Playwright, one of
-each per test module.
+"""Fixtures of the viewer's tests: a real headless Chromium (the system's
+``/usr/bin/chromium``) driven by Playwright, one per test module (helpers in
+``helpers/_viewer.py``).
 
 Without Chromium or Playwright the browser tests skip, unless
 ``JSONL_SESSIONS_REQUIRE_BROWSER=1`` (CI), which makes them fail. With
@@ -11,53 +11,21 @@ to docs/images/.
 from __future__ import annotations
 
 import os
-import pathlib
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
 pytest.importorskip("jinja2", reason="the viewer extra: pip install '.[viewer]'")
 pytest.importorskip("markdown_it", reason="the viewer extra: pip install '.[viewer]'")
 
-from jsonl_sessions.protocol import SessionBackend
-from jsonl_sessions.viewer.app import Viewer
-from jsonl_sessions.viewer.server import ViewerServer
-
-CHROMIUM = os.environ.get("JSONL_SESSIONS_CHROMIUM", "/usr/bin/chromium")
-REQUIRE = os.environ.get("JSONL_SESSIONS_REQUIRE_BROWSER") == "1"
-SCREENSHOTS = os.environ.get("JSONL_SESSIONS_SCREENSHOTS") == "1"
-IMAGES = pathlib.Path(__file__).resolve().parents[2] / "docs" / "images"
-#: The flags Chromium runs with (as root in CI: no sandbox); nothing talks to Google.
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+from _viewer import CHROMIUM, FLAGS, REQUIRE, Browser  # noqa: E402
 
 
 def _unavailable(reason: str) -> None:
     if REQUIRE:
         pytest.fail(f"{reason} (JSONL_SESSIONS_REQUIRE_BROWSER=1)")
     pytest.skip(reason)
-
-
-@dataclass
-class Browser:
-    """One browser context and what its pages did: every request's URL, every dialog,
-    every console message."""
-
-    context: Any
-    requests: list[str] = field(default_factory=list)
-    dialogs: list[str] = field(default_factory=list)
-    console: list[str] = field(default_factory=list)
-
-    def page(self) -> Any:
-        page = self.context.new_page()
-        page.set_default_timeout(10_000)
-        page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
-        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
-        page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
-        return page
 
 
 @pytest.fixture(scope="module")
@@ -78,25 +46,3 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
             yield found
         finally:
             context.close()
-
-
-class Running:
-    """A viewer server in a thread of the test process, over ``store``."""
-
-    def __init__(self, store: SessionBackend, name: str = "test store") -> None:
-        self.store = store
-        self.server = ViewerServer(Viewer(store, name))
-        self.server.start()
-        self.port = int(self.server.server_address[1])
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.url = self.server.url  # with the token
-
-    def stop(self) -> None:
-        self.server.stop()
-
-
-def screenshot(page: Any, name: str) -> None:
-    """Save ``page`` as docs/images/<name>.png when JSONL_SESSIONS_SCREENSHOTS=1."""
-    if SCREENSHOTS:
-        IMAGES.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(IMAGES / f"{name}.png"))

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import Browser, Running, screenshot
+from _viewer import Browser, Running, screenshot
 
 from jsonl_sessions import SessionStore
 

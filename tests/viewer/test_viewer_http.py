@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import Running
+from _viewer import Running
 
 from jsonl_sessions import SessionStore
 from jsonl_sessions.protocol import SessionBackend
