@@ -54,12 +54,13 @@ class ViewerServer(http.server.ThreadingHTTPServer):
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: ViewerServer
-    server_version = "jsonl-sessions"
-    sys_version = ""
     protocol_version = "HTTP/1.1"
     # headers and body are two writes: without TCP_NODELAY, Nagle's algorithm and the
     # client's delayed ACK hold the body back ~40 ms on a kept-alive connection
     disable_nagle_algorithm = True
+
+    def version_string(self) -> str:
+        return "jsonl-sessions"  # no Python version for whoever asks
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # quiet: no request log on the terminal (addresses may hold session keys)
