@@ -24,14 +24,16 @@ function whenVisible(element, load) {
   const observer = new IntersectionObserver(async (entries) => {
     if (busy || !entries.some((e) => e.isIntersecting)) return;
     busy = true;
+    let more = true;
     try {
-      if (!(await load())) observer.disconnect();
+      more = await load();
     } finally {
       busy = false;
     }
-    // still in view after a short page: load again
-    const box = element.getBoundingClientRect();
-    if (element.isConnected && box.bottom >= 0 && box.top <= window.innerHeight) {
+    if (!more) { observer.disconnect(); return; }
+    // Observe afresh: an observer reports changes only, and the element may have left and
+    // come back into view before the browser looked (a short page, or a quick scroll).
+    if (element.isConnected) {
       observer.unobserve(element);
       observer.observe(element);
     }
