@@ -19,6 +19,9 @@ details:
   Primary key ``(session, seq)``; ``UNIQUE (session, id)``.
 - ``quarantine(repair, session_key, taken_at, seq, line)``: the rows a repair rewrote.
 - ``schema_version(version)``: one row, the version of the schema.
+- Indexes ``sessions_by_key`` (``key COLLATE "C"``) and ``sessions_by_activity``
+  (``(activity_ns / 1000, key COLLATE "C")``) serve the listings by key and by
+  ``updated_at`` (version 2).
 
 :data:`MIGRATIONS` is the ordered list of steps (step ``i`` brings version ``i`` to
 ``i + 1``). Opening a store runs the missing steps in one transaction that first takes a
@@ -36,7 +39,7 @@ import psycopg
 from ..sqlite.schema import SchemaError
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: The advisory-lock key migrations run under (the bytes "JSNLMIGR").
 MIGRATION_LOCK = int.from_bytes(b"JSNLMIGR", "big", signed=True)
 
@@ -75,8 +78,15 @@ _V1 = (
     "CREATE SEQUENCE {s}.repairs",
 )
 
+_V2 = (
+    # The listings by key and by updated_at (the activity in microseconds), in code point
+    # order (COLLATE "C", as Python's str): a page is a seek and a short scan.
+    'CREATE INDEX sessions_by_key ON {s}.sessions (key COLLATE "C")',
+    'CREATE INDEX sessions_by_activity ON {s}.sessions ((activity_ns / 1000), key COLLATE "C")',
+)
+
 #: ``MIGRATIONS[v]``: the statements that bring version ``v`` to ``v + 1`` (``{s}``: the schema).
-MIGRATIONS: list[Sequence[str]] = [_V1]
+MIGRATIONS: list[Sequence[str]] = [_V1, _V2]
 
 
 def current_version(conn: psycopg.Connection[Any], s: str, name: str) -> int | None:
