@@ -257,3 +257,20 @@ def test_a_good_cursor_is_accepted(store: Any) -> None:
 def test_arguments_of_the_wrong_type_raise_type_error(store: Any, arguments: dict[str, Any]) -> None:
     with pytest.raises(TypeError):
         store.list_sessions_with_metadata(**arguments)
+
+
+def test_the_async_facade_takes_the_same_arguments(store: Any) -> None:
+    import asyncio
+
+    from jsonl_sessions import AsyncSessionStore
+
+    for key in ("a", "b", "c"):
+        store.append(key, {"role": "user", "content": "x"})
+
+    async def listed() -> tuple[list[str], list[str]]:
+        facade = AsyncSessionStore.wrapping(store)
+        first = await facade.list_sessions_with_metadata(sort="key", descending=True, limit=2)
+        rest = await facade.list_sessions_with_metadata(sort="key", descending=True, limit=2, cursor=first.cursor)
+        return keys_of(first), keys_of(rest)
+
+    assert asyncio.run(listed()) == (["c", "b"], ["a"])
