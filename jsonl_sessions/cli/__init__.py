@@ -28,6 +28,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from .. import __version__
 from ..base import DEFAULT_LOCK_TIMEOUT
@@ -208,12 +209,33 @@ def _key(p: argparse.ArgumentParser) -> None:
 
 def _ls(p: argparse.ArgumentParser) -> None:
     _outputs(p)
-    p.add_argument("--sort", choices=sorted(SORTS), default="key",
-                   help="order (default key; activity, created, messages and size list the largest first)")
+    p.add_argument("--sort", choices=list(SORTS), default="key",
+                   help="order: key (default), name, updated_at, created_at, message_count; sessions without "
+                        "a name or creation time come last. The older names activity, created, messages and "
+                        "size list the newest or largest first")
+    p.add_argument("--desc", action="store_true", help="descending order")
     p.add_argument("-r", "--reverse", action="store_true", help="reverse the order")
+    p.add_argument("-n", "--limit", type=_count, metavar="N", help="at most N sessions (a page)")
+    paging = p.add_mutually_exclusive_group()
+    paging.add_argument("--offset", type=_count, default=0, metavar="N", help="skip the first N sessions")
+    paging.add_argument("--cursor", metavar="CURSOR",
+                        help="continue a listing after its last page (the cursor it printed; same --sort and "
+                             "direction)")
     p.add_argument("--alias", metavar="AGENT", help="only sessions attributed to this agent alias")
     p.add_argument("--state", choices=("idle", "running", "error", "none"),
                    help="only sessions in this run state (none: never set)")
+    p.add_argument("--name-prefix", metavar="TEXT", help="only sessions whose name starts with TEXT (case-sensitive)")
+    p.add_argument("--updated-since", type=_when, metavar="TIME",
+                   help="only sessions changed at or after TIME (ISO 8601, e.g. 2026-12-04T09:00Z; local time "
+                        "without an offset)")
+
+
+def _when(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    return value.astimezone() if value.tzinfo is None else value
 
 
 def _show(p: argparse.ArgumentParser) -> None:
@@ -387,7 +409,10 @@ TABLE: dict[str, Command] = {
     "ls": Command(
         "list sessions",
         "A table of sessions: key, name, messages, size, last activity (newest change of transcript or "
-        "metadata, local time), state. Reads metadata only.",
+        "metadata, local time), state. Reads metadata only. With --limit N a page of N sessions; when more "
+        "remain, the cursor of the next page is on stderr (with --json: an object holding the sessions and "
+        "the cursor, null after the last page) and --cursor continues from it, stable while sessions are "
+        "added (keyset paging).",
         _ls, cmd_ls),
     "show": Command(
         "print a session's messages",

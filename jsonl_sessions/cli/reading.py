@@ -15,42 +15,80 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from .. import records
-from ..errors import MessageNotFoundError, SessionNotFoundError, SessionStoreError
+from ..errors import InvalidArgumentError, MessageNotFoundError, SessionNotFoundError, SessionStoreError
 from ..jsonl.control import read_head
 from ..jsonl.layout import FileState, SessionFiles
 from ..jsonl.store import SessionStore
+from ..listing import Sort
 from ..location import resolve_root
 from ..protocol import SessionBackend
 from ..types import ChatMessage, SessionMetadata, SessionQuery
-from .output import EXIT_FAILURE, EXIT_OK, Printer, clean, err, out, sessions_out
+from .output import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    Printer,
+    UsageError,
+    clean,
+    err,
+    json_out,
+    metadata_json,
+    out,
+    sessions_out,
+)
 from .stores import open_store
 
 # -- ls, show, search -----------------------------------------------------------------------
-SORTS: dict[str, tuple[Callable[[SessionMetadata], Any], bool]] = {
-    "key": (lambda md: md.key, False),
-    "name": (lambda md: (md.name is None, md.name or ""), False),
-    "activity": (lambda md: md.updated_at.timestamp() if md.updated_at else 0.0, True),
-    "created": (lambda md: md.created_at.timestamp() if md.created_at else 0.0, True),
-    "messages": (lambda md: md.message_count, True),
-    "size": (lambda md: md.size_bytes, True),
+#: ``ls --sort``: the store's sorts, and the older names, which list the largest or newest
+#: first (``size`` is sorted here: the store has no such order).
+SORTS: dict[str, tuple[Sort | Literal["size"], bool]] = {
+    "key": ("key", False),
+    "name": ("name", False),
+    "updated_at": ("updated_at", False),
+    "created_at": ("created_at", False),
+    "message_count": ("message_count", False),
+    "activity": ("updated_at", True),
+    "created": ("created_at", True),
+    "messages": ("message_count", True),
+    "size": ("size", True),
 }
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
     store = open_store(args)
-    sessions: list[SessionMetadata] = store.list_sessions_with_metadata()
-    if args.alias is not None:
-        sessions = [md for md in sessions if md.agent_alias == args.alias]
-    if args.state is not None:
-        sessions = [md for md in sessions if (md.state or "none") == args.state]
-    get, descending = SORTS[args.sort]
-    sessions.sort(key=get, reverse=descending != args.reverse)
-    sessions_out(args, sessions, f"no sessions in {resolve_root(args.root)}")
+    sort, descending = SORTS[args.sort]
+    descending = (descending or args.desc) != args.reverse
+    filters: dict[str, Any] = {"agent_alias": args.alias, "name_prefix": args.name_prefix,
+                               "updated_since": args.updated_since,
+                               "state": None if args.state == "none" else args.state}
+    if sort == "size" or args.state == "none":  # not an order or filter of the store: done here
+        if args.cursor is not None:
+            raise UsageError("--cursor does not work with --sort size or --state none")
+        sessions: list[SessionMetadata] = store.list_sessions_with_metadata(
+            sort="key" if sort == "size" else sort, descending=descending, **filters)
+        if args.state == "none":
+            sessions = [md for md in sessions if md.state is None]
+        if sort == "size":
+            sessions.sort(key=lambda md: (md.size_bytes, md.key), reverse=descending)
+        end = None if args.limit is None else args.offset + args.limit
+        listed, cursor = sessions[args.offset:end], None
+    else:
+        try:
+            listed = store.list_sessions_with_metadata(sort=sort, descending=descending, limit=args.limit,
+                                                       offset=args.offset, cursor=args.cursor, **filters)
+        except InvalidArgumentError as exc:
+            raise UsageError(str(exc)) from None
+        cursor = listed.cursor
+    if args.json and args.limit is not None:
+        json_out({"sessions": [metadata_json(md) for md in listed], "cursor": cursor})
+    else:
+        sessions_out(args, listed, f"no sessions in {resolve_root(args.root)}")
+    if cursor is not None and not args.json:
+        err(f"more sessions: add --cursor {cursor} for the next page")
     return EXIT_OK
 
 

@@ -23,6 +23,7 @@ from ..base import DEFAULT_MAX_MESSAGE_BYTES
 from ..dbfront import DatabaseFront
 from ..ids import assign_ids, replacement_record
 from ..keys import validate_key
+from ..listing import Listing
 from ..types import ChatMessage, Durability
 from .db import Conn, Database, bigint_array, lit, quoted, text_array
 from .schema import SCHEMA_VERSION, current_version, upgrade
@@ -146,6 +147,28 @@ class PostgresCore(DatabaseFront):
         return self._db.guard(key)
 
     # -- rows ------------------------------------------------------------------------------
+    # -- listing ---------------------------------------------------------------------------
+    _LIST_KEY = 'key COLLATE "C"'  # code point order, as Python's str (the default collation may not be)
+    _MARK = "%s"
+
+    @property
+    def _sessions_table(self) -> str:
+        return f"{self._s}.sessions"
+
+    def _row(self, key: str, columns: Sequence[Any]) -> SessionRow:
+        return SessionRow(key, columns)
+
+    def _list_filters(self, listing: Listing) -> tuple[list[str], list[Any]]:
+        # agent_alias and state are columns every writer copies from the metadata object
+        where, args = super()._list_filters(listing)
+        if listing.agent_alias is not None:
+            where.append("agent_alias = %s")
+            args.append(nul_free(listing.agent_alias))
+        if listing.state is not None:
+            where.append("state = %s")
+            args.append(listing.state)
+        return where, args
+
     def _read(self, fn: Callable[[Conn], _T]) -> _T:
         return self._db.read(fn)
 

@@ -78,6 +78,9 @@ class SqliteCore(DatabaseFront):
     def _locked(self, c: sqlite3.Connection, key: str) -> SessionRow | None:
         return self._session(c, key)  # the writers' lock keeps every row from other writers
 
+    def _row(self, key: str, columns: Sequence[Any]) -> SessionRow:
+        return SessionRow(key, tuple(columns))
+
     def _session(self, c: sqlite3.Connection, key: str) -> SessionRow | None:
         row = c.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone()
         return None if row is None else SessionRow(key, row)

@@ -279,6 +279,46 @@ def test_ls_table_filters_sorts_and_json(run: Run, store: SessionStore) -> None:
     assert rows[0]["name"] == "The beta run" and rows[0]["agent_alias"] == "planner"
 
 
+def test_ls_pages_by_cursor_with_the_stores_sorts_and_filters(run: Run, store: SessionStore) -> None:
+    for i, key in enumerate(("a", "b", "c", "d", "e")):
+        chat(store, key, i + 1)
+    store.set_session_name("b", "Bug triage")
+    store.set_session_name("d", "Bugfix")
+    store.set_session_name("e", "release")
+    code, out, err = run("ls", "--sort", "message_count", "--desc", "--limit", "2")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["e", "d"]
+    cursor = re.fullmatch(r"jsonl-sessions: more sessions: add --cursor (\S+) for the next page\n", err)
+    assert cursor is not None, err
+    code, out, err = run("ls", "--sort", "message_count", "--desc", "--limit", "2", "--json", "--cursor",
+                         cursor.group(1))
+    page = orjson.loads(out)
+    assert [d["key"] for d in page["sessions"]] == ["c", "b"] and page["cursor"] and err == ""
+    code, out, _ = run("ls", "--sort", "message_count", "--desc", "--limit", "2", "--json", "--cursor",
+                       page["cursor"])
+    last = orjson.loads(out)
+    assert [d["key"] for d in last["sessions"]] == ["a"] and last["cursor"] is None
+    code, out, _ = run("ls", "--name-prefix", "Bug", "--sort", "name", "--nl")
+    assert [orjson.loads(line)["key"] for line in out.splitlines()] == ["b", "d"]
+    code, out, _ = run("ls", "--offset", "3", "--json")
+    assert [d["key"] for d in orjson.loads(out)] == ["d", "e"]  # no --limit: the array, as ever
+    code, out, _ = run("ls", "--updated-since", "2999-01-01T00:00Z", "--json")
+    assert orjson.loads(out) == []
+    code, out, _ = run("ls", "--updated-since", "2000-01-01", "--json")
+    assert len(orjson.loads(out)) == 5
+    code, out, _ = run("ls", "--sort", "size", "--limit", "1", "--json")
+    assert [d["key"] for d in orjson.loads(out)["sessions"]] == ["e"]
+
+
+@pytest.mark.parametrize("argv", [("--cursor", "nonsense"), ("--sort", "name", "--cursor", "WzEsImtleSIsZmFsc2UsImEiLCJhIl0"),
+                                  ("--sort", "size", "--cursor", "WzEsImtleSIsZmFsc2UsImEiLCJhIl0"),
+                                  ("--offset", "1", "--cursor", "WzEsImtleSIsZmFsc2UsImEiLCJhIl0"),
+                                  ("--limit", "-1",), ("--updated-since", "yesterday"), ("--sort", "bogus")])
+def test_ls_refuses_bad_paging_arguments_as_usage_errors(run: Run, store: SessionStore, argv: tuple[str, ...]) -> None:
+    chat(store, "a", 1)
+    code, out, err = run("ls", *argv)
+    assert code == 2 and out == "" and err
+
+
 def test_ls_on_an_empty_store(run: Run) -> None:
     code, out, err = run("ls")
     assert code == 0 and out == "" and "no sessions in" in err

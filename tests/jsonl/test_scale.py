@@ -172,6 +172,25 @@ def test_listing_makes_a_bounded_number_of_system_calls_per_session(tmp_path: pa
     assert p.seam["try_lock"] == 0
 
 
+def test_a_sidebar_page_reads_the_sidecars_and_counts_of_its_sessions_only(tmp_path: pathlib.Path) -> None:
+    """By updated_at with a limit: two lstat a session give the order, and only the page
+    (and the one session after it, for the cursor) is opened; by key, not even the lstat."""
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    n, limit = 30, 5
+    for i in range(n):
+        store.append(f"s{i:02}", ChatMessage("user", "hello"))
+        store.set_session_name(f"s{i:02}", f"name {i}")
+        store.get_message_count(f"s{i:02}")
+    newest = store.list_sessions_with_metadata(sort="updated_at", descending=True)
+    for arguments, stats in (({"sort": "updated_at", "descending": True}, 2 * n), ({}, 0)):
+        with SyscallProbe() as p:
+            got = store.list_sessions_with_metadata(limit=limit, **arguments)
+        assert got == (newest[:limit] if arguments else store.list_sessions_with_metadata()[:limit])
+        assert p.os["os.open"] == 2 * (limit + 1), p.os  # sidecar and control file of each looked at
+        assert p.os["os.lstat"] == stats + limit + 1, p.os  # (a look: the transcript's lstat)
+        assert p.os["fcntl.flock"] == 0 and p.os["fcntl.fcntl"] == 0, p.os
+
+
 def test_a_stale_count_cache_still_gives_the_exact_count_in_a_listing(tmp_path: pathlib.Path) -> None:
     store = SessionStore(str(tmp_path / "store"), durability="flush")
     store.append("k", ChatMessage("user", "one"))
