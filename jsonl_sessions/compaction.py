@@ -13,8 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import codec
-from .jsonl.lines import BOM
-from .jsonl.transcript import BadLine
+from .corruption import BOM, BadLine
 
 
 @dataclass(frozen=True)
