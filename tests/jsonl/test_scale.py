@@ -416,7 +416,7 @@ def test_a_rewrite_of_loaded_messages_reuses_their_records_and_encodes_the_same_
     ChatMessage("user", "a", id="01J0000000000000000000000A", created_at=5, kind="note", extra={"x": [1.5]}),
     ChatMessage("user", "a", id="01J0000000000000000000000A"),  # no time: ``now`` is used
     ChatMessage("user", "a", created_at=5),  # no id: a new one
-    ChatMessage.from_dict({"role": "tool", "content": None, "tool_call_id": "c", "id": "x", "created_at": 1}),
+    ChatMessage.from_dict({"role": "tool", "content": None, "tool_call_id": "c", "id": "01J0000000000000000000000X", "created_at": 1}),
     # wrapped as they are, in orders and with values a record does not have
     from_record({"role": "user", "id": "01J0000000000000000000000A", "created_at": 5, "kind": "message",
                  "content": "a"}),
