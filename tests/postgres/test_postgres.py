@@ -227,7 +227,8 @@ def test_nul_and_u0001_in_indexed_text_round_trip(pg_store: Any) -> None:
     assert pg_store.rename_agent_attribution("al\x00ias", "b\x00") == 1
     assert pg_store.verify().ok, pg_store.verify().findings
     assert pg_store.remove_last("k", expected_id=follow) is True
-    assert pg_store.remove_last("k", expected_id=weird) is True
+    assert pg_store.remove_last("k", expected_id=weird) is False  # no such id: a compare-and-remove removes nothing
+    assert pg_store.remove_last("k", expected_id=got) is True
     assert pg_store.delete_session_owned("k", "own\x00") is False
     assert pg_store.delete_session_owned("k", "own\x00er") is True
 
