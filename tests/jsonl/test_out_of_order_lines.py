@@ -7,6 +7,8 @@ written by an earlier version) hides no history.
   exactly once, in the order ``load()`` gives, whatever its id (page cursors name a line,
   adding its offset where its id alone does not);
 - ``jsonl-sessions show --limit N`` then ``show --before <cursor>`` prints the rest;
+- ``compact(repair=True)`` restores an order strict reads take, losing nothing: exact
+  copies dropped, other lines renumbered in place (old id in ``original_id``);
 - a session holding ids an earlier version took from callers keeps taking plain appends.
 """
 
@@ -158,6 +160,26 @@ def test_show_pages_back_through_a_repeated_line(tmp_path: pathlib.Path, capsys:
     assert [orjson.loads(x)["content"] for x in out.splitlines()] == ["m0", "m1", "m2", "m3", "m0", "m4", "m5"]
 
 
+def test_repair_drops_an_exact_copy_and_renumbers_a_line_out_of_order_in_place(tmp_path: pathlib.Path) -> None:
+    store, lines = six(tmp_path)
+    moved = orjson.loads(lines[1])
+    moved["content"] = "late"
+    damaged = lines[:4] + [lines[0], orjson.dumps(moved) + b"\n"] + lines[4:]  # a copy, and a changed old id
+    transcript(tmp_path).write_bytes(b"".join(damaged))
+    with pytest.raises(CorruptTranscriptError):
+        store.compact(KEY)  # a plain compaction refuses: the changed line is not a copy
+    assert store.compact(KEY, repair=True) == 1  # the exact copy
+    got = store.try_load(KEY)
+    assert [m.content for m in got] == ["m0", "m1", "m2", "m3", "late", "m4", "m5"]
+    assert got[4].extra == {"original_id": moved["id"]} and got[3].id < got[4].id < got[5].id
+    # Every line keeps its old id, as its id or (where no new id fitted before the next
+    # line, which was renumbered too) in original_id.
+    assert [m.id for m in got[:4]] == [orjson.loads(x)["id"] for x in lines[:4]]
+    assert [m.extra.get("original_id", m.id) for m in got[5:]] == [orjson.loads(x)["id"] for x in lines[4:]]
+    (saved,) = [p for p in tmp_path.iterdir() if "quarantine" in p.name]
+    assert saved.read_bytes() == b"".join(damaged)  # every original byte kept first
+
+
 # -- the property: paging reaches exactly what load() reads ------------------------------------
 def _damage(lines: list[bytes], data: st.DataObject) -> list[bytes]:
     """``lines`` with copies, moves and lines with foreign ids (or none) put in."""
@@ -198,3 +220,16 @@ def test_paging_both_ways_yields_exactly_the_lenient_load(tmp_path: pathlib.Path
     fresh: Any = SessionStore(root, durability="flush")
     new_id = fresh.append(KEY, {"role": "user", "content": "plain"})  # the damage never blocks an append
     assert is_ulid(new_id) and all(new_id > m.id for m in loaded if is_ulid(m.id))
+    # A repair keeps every line but exact copies, in place, and strict reads then take it.
+    seen: set[tuple[str, bytes]] = set()
+    expected = []
+    for line, m in zip(lines, loaded):
+        if m.id and (m.id, line) in seen:
+            continue
+        seen.add((m.id, line))
+        expected.append(m)
+    fresh.compact(KEY, repair=True)
+    repaired = fresh.try_load(KEY)[:-1]
+    assert [(m.role, m.content) for m in repaired] == [(m.role, m.content) for m in expected]
+    for before, after in zip(expected, repaired):
+        assert after.id == before.id or after.extra.get("original_id") == before.id
