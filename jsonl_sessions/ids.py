@@ -26,8 +26,8 @@ import operator
 import random
 import re
 import time
-from itertools import islice
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 from . import codec

@@ -26,6 +26,7 @@ import orjson
 
 from .. import _platform, records
 from ..compaction import ORIGINAL_ID, CompactionPlan, CompactionReport
+from ..corruption import BOM
 from ..errors import (
     InvalidMessageError,
     MessageNotFoundError,
@@ -37,7 +38,6 @@ from ..foreign.files import write_jsonl
 from ..foreign.transfer import Imported, export_claude_code, import_claude_code, import_codex, iter_codex_rollouts
 from ..jsonl.control import read_head
 from ..jsonl.layout import TMP_SUFFIX, FileState, SessionFiles, classify
-from ..jsonl.lines import BOM
 from ..jsonl.store import SessionStore, compaction_report, prune_report
 from ..keys import key_to_stem
 from ..location import ENV_ROOT, resolve_root

@@ -17,6 +17,7 @@ from typing import Literal, NamedTuple
 from .. import _platform, codec
 from ..corruption import BOM
 from ..ids import is_ulid
+
 #: Bytes of the first read at the end of a file (most lines are shorter).
 FIRST_BLOCK = 4096
 #: Block of line-by-line reads.

@@ -33,7 +33,7 @@ from typing import Any
 
 from .. import _platform, codec, sidecar
 from ..arguments import check_page_arguments, check_window
-from ..corruption import BOM_INSIDE
+from ..corruption import BOM, BOM_INSIDE, BadLine
 from ..errors import (
     CorruptTranscriptError,
     MessageNotFoundError,
@@ -50,7 +50,6 @@ from . import control
 from .append import has_id, last_id, new_meta, previous_id
 from .layout import FileState, SessionFiles
 from .lines import (
-    BOM,
     copy_chunks,
     find_line,
     iter_lines_backward,
@@ -62,7 +61,7 @@ from .lines import (
     skip_forward,
     starts_file,
 )
-from .transcript import BadLine, parse, parse_file, warn_bad
+from .transcript import parse, parse_file, warn_bad
 from .txn import Root, Tx, mutate
 
 log = logging.getLogger("jsonl_sessions")

@@ -38,13 +38,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import _platform, codec, sidecar
+from ..corruption import BOM, BadLine
 from ..errors import CorruptControlError, CorruptMetadataError, SessionStoreError
 from ..keys import is_hashed, key_to_stem, stem_to_key
 from ..verification import Finding, VerifyReport, wanted_keys
 from .control import RECORD_OFFSET, parse_record, read_head
 from .layout import LOCK_SUFFIX, SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, FileState, classify, key_of_stem, read_sidecar
-from .lines import BOM, iter_lines_forward
-from .transcript import BadLine
+from .lines import iter_lines_forward
 
 if TYPE_CHECKING:
     from .store import SessionStore

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jsonl_sessions import ChatMessage, CorruptTranscriptError, SessionStore, ids
+from jsonl_sessions import ChatMessage, CorruptTranscriptError, SessionStore
 from jsonl_sessions.cli import main
 from jsonl_sessions.keys import key_to_stem
 
@@ -142,7 +142,7 @@ def test_a_session_with_ids_an_earlier_version_took_from_callers_takes_plain_app
 
 
 def test_show_pages_back_through_a_repeated_line(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
-    store, lines = six(tmp_path)
+    _store, lines = six(tmp_path)
     transcript(tmp_path).write_bytes(b"".join(lines[:4] + [lines[0]] + lines[4:]))
     assert main(["--root", str(tmp_path), "show", KEY, "--limit", "3", "--jsonl"]) == 0
     out, err = capsys.readouterr()
