@@ -4,8 +4,9 @@ backwards in blocks, the tail, counting newlines, and finding a line by id.
 Rules (docs/format.md): a line ends with ``\\n``; a final fragment without one is a *torn
 tail* (an unfinished write, never a line); a UTF-8 byte-order mark at offset 0 is
 skipped (offsets still count it). Every line the store writes starts with
-``{"id":"<id>"`` and ids strictly increase down the file, so a line's id is read off
-its first bytes (:func:`jsonl_sessions.codec.prefix_id`) and the file is sorted by id.
+``{"id":"<id>"`` and its ULIDs strictly increase down the file, so a line's id is read
+off its first bytes (:func:`jsonl_sessions.codec.prefix_id`) and the file is sorted by
+id (ids that are not ULIDs, left by an earlier version or another tool, are passed over).
 Everything here reads through ``_platform.pread`` on a descriptor the caller owns.
 """
 

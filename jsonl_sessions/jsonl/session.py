@@ -15,7 +15,7 @@ Two ways in, and nothing else touches the files:
   holding the session's guard; each is a few :class:`~jsonl_sessions.jsonl.txn.Tx`
   primitives, each all-or-nothing on disk.
 
-What makes the reads cheap is the format: ids strictly increase down the transcript and
+What makes the reads cheap is the format: ULIDs strictly increase down the transcript and
 every line starts with its id, so a message is found by binary search over byte offsets
 (:func:`~jsonl_sessions.jsonl.lines.find_line`), and a window or page near the end is found
 by counting newlines backwards. No index file exists to go stale.

@@ -4,8 +4,9 @@ Same semantics as :class:`jsonl_sessions.SessionStore` (and it passes the same h
 the state machine, the contract mixin), minus the files:
 
 - ids are ULIDs assigned by the same rules (strictly increasing per session, monotonic
-  within one millisecond and after the clock steps back; caller ids kept, a duplicate
-  refused with :class:`DuplicateMessageError`, an out-of-order one with
+  within one millisecond and after the clock steps back; a caller's id kept when the
+  store takes it (a canonical ULID at most 24 h ahead), a duplicate refused with
+  :class:`DuplicateMessageError`, an out-of-order or foreign one with
   :class:`InvalidMessageError`); ``created_at`` is kept when given, else the clock's now;
 - messages are stored as their encoded JSON lines and decoded on every read, so what a
   caller gets back is exactly what the JSONL store would return (a tuple comes back as
