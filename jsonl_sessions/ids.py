@@ -97,19 +97,36 @@ def first_disorder(ids: Sequence[str]) -> tuple[int, str] | None:
     C-level pass of comparisons when the ids strictly increase (the usual case)."""
     if all(map(operator.lt, ids, islice(ids, 1, None))):
         return None  # strictly increasing: no repeat, and the ULIDs among them increase
-    seen: set[str] = set()
-    previous = ""
+    order = IdOrder()
     for index, found in enumerate(ids):
-        if not found:
-            continue
-        if found in seen:
-            return index, f"id {found!r} repeats the id of an earlier line"
-        seen.add(found)
-        if _ULID_RE.fullmatch(found) is not None:
-            if found <= previous:
-                return index, f"id {found!r} does not sort after the previous id {previous!r} (ids must increase)"
-            previous = found
+        reason = order.check(found)
+        if reason is not None:
+            return index, reason
     return None
+
+
+class IdOrder:
+    """The rules of :func:`first_disorder`, one id at a time (for a scan that streams)."""
+
+    __slots__ = ("previous", "seen")
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.previous = ""
+
+    def check(self, message_id: str) -> str | None:
+        """Why ``message_id``, the id of the next line, breaks the rules; None when it
+        keeps them ("": a line without an id keeps them)."""
+        if not message_id:
+            return None
+        if message_id in self.seen:
+            return f"id {message_id!r} repeats the id of an earlier line"
+        self.seen.add(message_id)
+        if _ULID_RE.fullmatch(message_id) is not None:
+            if message_id <= self.previous:
+                return f"id {message_id!r} does not sort after the previous id {self.previous!r} (ids must increase)"
+            self.previous = message_id
+        return None
 
 
 def check_caller_id(key: str, message_id: str, now: int) -> None:

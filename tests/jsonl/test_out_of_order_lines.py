@@ -84,6 +84,8 @@ def test_a_copied_first_line_is_refused_by_strict_reads_and_paging_reaches_every
     err = info.value
     assert (err.line, err.offset, err.path) == (5, sum(map(len, lines[:4])), str(transcript(tmp_path)))
     assert "repeats" in (err.reason or "")
+    found = [(f.kind, f.line, f.offset) for f in store.verify([KEY]).findings]
+    assert ("id-order", 5, err.offset) in found  # the health check says the same
     loaded = store.load(KEY)
     assert [m.content for m in loaded] == ["m0", "m1", "m2", "m3", "m0", "m4", "m5"]
     for limit in (1, 2, 3, 4, 7, 100):
@@ -128,6 +130,7 @@ def test_a_session_with_ids_an_earlier_version_took_from_callers_takes_plain_app
     with open(transcript(tmp_path), "ab") as f:
         f.write(b"".join(orjson.dumps(r) + b"\n" for r in legacy))
     assert [m.id for m in store.try_load(KEY)][-2:] == [r["id"] for r in legacy]  # strict reads take them
+    assert store.verify([KEY]).ok
     new_id = store.append(KEY, {"role": "user", "content": "after"})
     assert is_ulid(new_id) and new_id > newest
     assert store.append_many(KEY, [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}])[0] > new_id
@@ -135,7 +138,7 @@ def test_a_session_with_ids_an_earlier_version_took_from_callers_takes_plain_app
     assert store.get_message(KEY, new_id) is not None and store.get_message(KEY, newest) is not None
     assert store.update_last(KEY, {"role": "user", "content": "y2"})
     loaded = store.try_load(KEY)
-    assert len(loaded) == 11 and loaded[-1].content == "y2"
+    assert len(loaded) == 11 and loaded[-1].content == "y2" and store.verify([KEY]).ok
     for limit in (1, 3, 4):
         assert walk_back(store, limit) == loaded
         assert walk_forward(store, limit) == loaded
