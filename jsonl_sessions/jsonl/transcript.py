@@ -47,8 +47,11 @@ class Parsed:
 def parse(data: bytes, *, strict: bool, key: str | None = None, path: str | None = None) -> Parsed:
     """Every message in ``data``, oldest first. Cost: O(len(data)).
 
-    ``strict``: the first corrupt line raises :class:`CorruptTranscriptError`;
-    otherwise corrupt lines are skipped and listed in ``Parsed.bad``.
+    ``strict``: the first corrupt line raises :class:`CorruptTranscriptError`, and so
+    does the first line that repeats an id or holds a ULID out of order
+    (:func:`jsonl_sessions.ids.first_disorder`; one pass of comparisons when the ids
+    increase); otherwise corrupt lines are skipped and listed in ``Parsed.bad``, and
+    every other line is returned, in file order.
     """
     committed = data.rfind(b"\n") + 1
     torn = len(data) - committed
