@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _budget import sized
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stores import Backend
@@ -122,7 +123,7 @@ def _candidate_ids() -> st.SearchStrategy[str]:
 _CALLS = st.sampled_from(["append", "append_many", "update_last", "rewrite_messages", "replace_conversation_state"])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=sized(30, 300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(calls=st.lists(st.tuples(_CALLS, st.lists(_candidate_ids(), min_size=1, max_size=3)), min_size=1, max_size=6))
 def test_after_any_accepted_calls_a_plain_append_succeeds_after_every_id(store: SessionStore,
                                                                         calls: list[tuple[str, list[str]]]) -> None:

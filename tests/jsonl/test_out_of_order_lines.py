@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 import pytest
+from _budget import sized
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -206,7 +207,7 @@ def _damage(lines: list[bytes], data: st.DataObject) -> list[bytes]:
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=sized(50, 500), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 40), data=st.data())
 def test_paging_both_ways_yields_exactly_the_lenient_load(tmp_path: pathlib.Path, n: int, data: st.DataObject) -> None:
     root = tmp_path / "s"
