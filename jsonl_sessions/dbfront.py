@@ -245,7 +245,7 @@ class DatabaseFront(BaseStore):
                     raise CorruptTranscriptError(key=key, path=self._path, line=p.line, offset=p.offset,
                                                  reason=p.reason)
                 saved = self._quarantine(c, key, data)
-            if plan.dropped:
+            if plan.dropped or plan.renumbered:
                 self._replace_rows(c, s.id, [line[:-1] for line in plan.kept])
             return CompactionReport(key, plan, saved, False)
 

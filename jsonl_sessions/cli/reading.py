@@ -98,47 +98,42 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.limit is not None:
         page = store.page(args.key, limit=args.limit, before=args.before, after=args.after)
         printer(page.messages)
-        if page.has_more and page.messages:
-            edge = page.messages[0].id if args.after is None else page.messages[-1].id
+        edge = page.before if args.after is None else page.after
+        if page.has_more and edge is not None:
             err(f"{'older' if args.after is None else 'newer'} messages remain: add "
-                 f"--{'before' if args.after is None else 'after'} {edge} for the next page")
+                f"--{'before' if args.after is None else 'after'} {edge} for the next page")
         return EXIT_OK
     if args.before is not None:
-        store.page(args.key, limit=1, before=args.before)  # an unknown cursor fails before any output
-    cursor = args.after or ""
-    while True:
-        page = store.page(args.key, limit=PAGE, after=cursor)
-        batch = page.messages
-        if args.before is not None:
-            batch = [m for m in batch if m.id < args.before]
-        printer(batch)
-        if len(batch) < len(page.messages) or not page.has_more:
-            break
-        if not batch[-1].id or batch[-1].id <= cursor:  # lines without ids (written by another tool)
-            printer(store.load(args.key)[printer.count:])
-            break
-        cursor = batch[-1].id
+        # Backwards from the cursor a page at a time (page cursors name a line even where
+        # ids are not in order), printed oldest first.
+        pages: list[list[ChatMessage]] = []
+        cursor: str | None = args.before
+        while cursor is not None:
+            page = store.page(args.key, limit=PAGE, before=cursor)
+            pages.append(page.messages)
+            cursor = page.before if page.has_more else None
+        for batch in reversed(pages):
+            printer(batch)
+    else:
+        printer(_messages(store, args.key, args.after or "", missing_ok=False))
     if not printer.count:
         err(f"no messages in session {args.key!r}" + (" in that range" if args.before or args.after else ""))
     return EXIT_OK
 
 
-def _messages(store: SessionBackend, key: str) -> Iterator[ChatMessage]:
-    """The session's messages, oldest first, a page at a time (memory bounded by a page);
-    nothing when the session is gone."""
-    cursor, count = "", 0
+def _messages(store: SessionBackend, key: str, after: str = "", *, missing_ok: bool = True) -> Iterator[ChatMessage]:
+    """The session's messages after page cursor ``after`` ("": all), oldest first, a page
+    at a time (memory bounded by a page); nothing when the session is gone (``missing_ok``,
+    else its error)."""
+    cursor: str | None = after
     try:
-        while True:
+        while cursor is not None:
             page = store.page(key, limit=PAGE, after=cursor)
             yield from page.messages
-            count += len(page.messages)
-            if not page.has_more or not page.messages:
-                return
-            if not page.messages[-1].id or page.messages[-1].id <= cursor:  # lines without ids (another tool's)
-                yield from store.load(key)[count:]
-                return
-            cursor = page.messages[-1].id
+            cursor = page.after if page.has_more else None
     except (SessionNotFoundError, MessageNotFoundError):  # removed (or rewritten) since the search listed it
+        if not missing_ok:
+            raise
         return
 
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import orjson
 
+from ..corruption import BOM
 from ..errors import InvalidMessageError, SessionExistsError, SessionNotFoundError
 from ..foreign.files import write_jsonl
 from ..foreign.transfer import Imported, export_claude_code, import_claude_code, import_codex, iter_codex_rollouts
-from ..jsonl.lines import BOM
 from ..keys import key_to_stem
 from ..types import ChatMessage
 from .output import EXIT_FAILURE, EXIT_OK, CliError, Printer, UsageError, err, json_out, nl_out, out

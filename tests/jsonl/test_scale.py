@@ -420,7 +420,7 @@ def test_a_rewrite_of_loaded_messages_reuses_their_records_and_encodes_the_same_
     before = path.read_bytes()
     loaded = store.try_load("k")
 
-    got = ids.assign_ids("k", loaded, None, 0)
+    got = ids.assign_ids("k", loaded, None, ids.now_ms())
     assert all(r is m._data for r, m in zip(got, loaded, strict=True))  # no dict built per message
     assert b"".join(codec.encode_records(got, "k", 1 << 20)) == before
     with SyscallProbe() as p:
@@ -435,7 +435,7 @@ def test_a_rewrite_of_loaded_messages_reuses_their_records_and_encodes_the_same_
     ChatMessage("user", "a", id="01J0000000000000000000000A", created_at=5, kind="note", extra={"x": [1.5]}),
     ChatMessage("user", "a", id="01J0000000000000000000000A"),  # no time: ``now`` is used
     ChatMessage("user", "a", created_at=5),  # no id: a new one
-    ChatMessage.from_dict({"role": "tool", "content": None, "tool_call_id": "c", "id": "x", "created_at": 1}),
+    ChatMessage.from_dict({"role": "tool", "content": None, "tool_call_id": "c", "id": "01J0000000000000000000000X", "created_at": 1}),
     # wrapped as they are, in orders and with values a record does not have
     from_record({"role": "user", "id": "01J0000000000000000000000A", "created_at": 5, "kind": "message",
                  "content": "a"}),
@@ -450,5 +450,6 @@ def test_a_record_is_the_one_its_fields_define(message: ChatMessage) -> None:
         got = codec.record_of(message, message_id, created_at)
         assert list(got.items()) == _record_by_fields(message, message_id, created_at)
         assert orjson.dumps(got) == orjson.dumps(dict(_record_by_fields(message, message_id, created_at)))
-    [record] = ids.assign_ids("k", [message], None, 7)
-    assert list(record.items()) == _record_by_fields(message, record["id"], message.created_at or 7)
+    now = ids.timestamp_ms("01J0000000000000000000000A") or 0  # the ids here are from that millisecond
+    [record] = ids.assign_ids("k", [message], None, now)
+    assert list(record.items()) == _record_by_fields(message, record["id"], message.created_at or now)
