@@ -46,7 +46,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import orjson
 
@@ -64,6 +64,7 @@ from .controlfile import (
     VISIBLE_OFFSET,
     CountCache,
     Head,
+    Record,
     decode_head,
     encode_record,
     peek_count,
@@ -73,9 +74,7 @@ from .controlfile import (
 from .guard import REGISTRY, GuardClosed, SessionGuard
 from .layout import FileState, SessionFiles
 from .lines import count_newlines
-
-if TYPE_CHECKING:
-    from .txn import Root
+from .root import Root
 
 log = logging.getLogger("jsonl_sessions")
 _T = TypeVar("_T")
@@ -118,13 +117,10 @@ def rename_over(guard: SessionGuard, src: str, dst: str) -> None:
 
 
 # -- roll-forward records -----------------------------------------------------------------
-class Record(Protocol):
+class RollForward(Record, Protocol):
     """A roll-forward record: committed (written and fsynced) before its mutation touches
-    the session; once committed, whoever holds the guard next completes it."""
+    the session; once committed, whoever holds the guard next completes it (``apply``)."""
 
-    op: ClassVar[str]
-
-    def fields(self) -> dict[str, Any]: ...
     def apply(self, guard: SessionGuard, files: SessionFiles, *, durable: bool) -> None: ...
 
 
@@ -249,7 +245,7 @@ RECORD_TYPES: dict[str, type[AppendBatch | TailRewrite | Moves]] = {
 }
 
 
-def parse_record(raw: bytes, *, path: str | None = None, key: str | None = None) -> Record | None:
+def parse_record(raw: bytes, *, path: str | None = None, key: str | None = None) -> RollForward | None:
     """The committed record in ``raw`` (the control file's bytes from :data:`RECORD_OFFSET`);
     None when it was never committed (no final newline, or not a JSON object: a torn
     write). Raises :class:`CorruptControlError` (naming ``path`` and the record's offset)
@@ -469,7 +465,7 @@ def _store_count(root: Root, files: SessionFiles, counted: os.stat_result, lines
 
 
 __all__ = ["COUNT", "COUNT_OFFSET", "DEFAULT", "HEAD_BYTES", "READ_RETRY_SECONDS", "RECORD_OFFSET", "RETIRED", "SEQ",
-           "SEQ_OFFSET", "VISIBLE_OFFSET", "AppendBatch", "CountCache", "Head", "Moves", "Record",
+           "SEQ_OFFSET", "VISIBLE_OFFSET", "AppendBatch", "CountCache", "Head", "Moves", "Record", "RollForward",
            "TailRewrite", "acquire", "consistent", "count", "count_with_size", "cut", "decode_head", "encode_record",
            "enter", "in_place", "parse_record", "peek_count", "read_control", "read_head", "read_transcript",
            "recover", "rename_over", "try_recover", "with_transcript"]

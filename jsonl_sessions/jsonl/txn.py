@@ -34,8 +34,7 @@ import contextlib
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Literal
 
@@ -46,7 +45,7 @@ from ._atomic import atomic_write, unlink_quietly, write_temp
 from .control import (
     DEFAULT,
     Moves,
-    Record,
+    RollForward,
     TailRewrite,
     acquire,
     cut,
@@ -55,48 +54,12 @@ from .control import (
     rename_over,
     try_recover,
 )
-from .guard import REGISTRY, SessionGuard, TranscriptView
+from .guard import SessionGuard, TranscriptView
 from .layout import FileState, SessionFiles
 from .lines import BOM, Tail, read_tail
+from .root import Root
 
 log = logging.getLogger("jsonl_sessions")
-_MAX_CACHED_FILES = 4096
-
-
-@dataclass
-class Root:
-    """One store directory and its options, shared by every part of a store."""
-
-    path: str
-    durable: bool
-    lock_timeout: float | None
-    clock: Callable[[], int]
-    max_message_bytes: int
-    _files: dict[str, SessionFiles] = field(default_factory=dict, repr=False)
-
-    def files(self, key: str, stem: str | None = None) -> SessionFiles:
-        """The files of ``key`` (cached); ``stem``: its stem when already known (a listing
-        read it off the file name). Raises :class:`InvalidSessionKeyError`."""
-        try:
-            found = self._files.get(key)
-        except TypeError:  # an unhashable non-str key: SessionFiles.of raises InvalidSessionKeyError
-            found = None
-        if found is None:
-            found = SessionFiles.of(self.path, key, stem)
-            if len(self._files) > _MAX_CACHED_FILES:
-                self.close_views()
-                self._files.clear()
-            self._files[key] = found
-        return found
-
-    def close_views(self) -> None:
-        """Close the transcripts kept open for this store's sessions (those no thread holds)."""
-        REGISTRY.drop_views([files.lock for files in list(self._files.values())])
-
-    def close(self) -> None:
-        """Close every descriptor kept for the sessions of this directory (lock files and
-        transcripts) that no thread holds."""
-        REGISTRY.close_idle(self.path)
 
 
 def save_torn(root: Root, files: SessionFiles, fd: int, tail: Tail) -> str | None:
@@ -303,7 +266,7 @@ class Tx:
             return None
 
     # -- journaled steps -----------------------------------------------------------------
-    def journaled(self, record: Record) -> None:
+    def journaled(self, record: RollForward) -> None:
         """Commit ``record`` and complete it; past the commit, a failure settles."""
         self.guard.write_record(record, self.durable)
         try:
