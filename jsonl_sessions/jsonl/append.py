@@ -52,11 +52,12 @@ from .. import _platform, codec, sidecar
 from ..errors import InvalidMessageError, LockTimeoutError, SessionStoreError
 from ..ids import assign_ids, next_id
 from ..types import ChatMessage
+from . import torn
 from .control import AppendBatch
 from .guard import REGISTRY, GuardBusy, GuardClosed, SessionGuard, TranscriptView
 from .layout import FileState, SessionFiles
 from .lines import Tail, iter_lines_backward, read_tail
-from .txn import Root, Tx, enter, save_torn
+from .txn import Root, Tx, enter
 
 
 # -- entry points -----------------------------------------------------------------------
@@ -235,35 +236,20 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
     try:
         if tail is None:
             tail = read_tail(fd, st.st_size)
-        now = root.clock()
-        if group is None:
-            m = msgs[0]
-            fields = m._data
-            if len(msgs) == 1 and not fields.get("id"):  # the common append: no id to check
-                previous = last or (codec.prefix_id(tail.last_line) if tail.last_line is not None else None) \
-                    or last_id(fd, tail)
-                new_id = next_id(previous, now)
-                if new_id is None:
-                    assign_ids(key, msgs, previous, now)  # raises the error of "no id fits"
-                    raise AssertionError("unreachable")
-                created = fields.get("created_at")
-                data = codec.encode_record(codec.record_of(m, new_id, now if created is None else created), key)
-                if len(data) > root.max_message_bytes:
-                    raise InvalidMessageError(key=key, message_id=new_id, reason=f"message is {len(data)} bytes, "
-                                              f"over max_message_bytes={root.max_message_bytes}")
-                new_ids = [new_id]
-            else:
-                records = assign_ids(key, msgs, last or last_id(fd, tail), now,
-                                     lambda mid: has_id(fd, tail.size, mid))
-                new_ids = [r["id"] for r in records]
-                data = b"".join(encode_lines(root, key, records))
-        else:
-            lines = _encode_group(root, key, group, last or last_id(fd, tail), now,
-                                  lambda mid: has_id(fd, tail.size, mid))
-            new_ids = [p.id for p in group if p.error is None]
-            data = b"".join(lines)
-        if data and tail.committed != tail.size:
-            save_torn(root, files, fd, tail)
+        while True:
+            if tail.torn:  # a crash's leftover, or a line another process is still writing
+                tail, settled = torn.settle(root, files, fd, tail)
+                if settled is not None:
+                    st, last, clean = settled, "", False
+            new_ids, data = _encode(root, key, fd, tail, last, msgs, group)
+            if not (data and tail.torn):
+                break
+            cut_tail, st = torn.cut_torn(root, files, guard, fd, tail)
+            if cut_tail.committed == tail.committed:
+                tail = cut_tail
+                break
+            # Lines another process completed meanwhile precede this append: ids again after them.
+            tail, last, clean = cut_tail, "", False
     except BaseException as exc:
         _drop(guard, view, fd)
         _fail(group, exc)
@@ -278,6 +264,34 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
         raise
     _done(group)
     return new_ids
+
+
+def _encode(root: Root, key: str, fd: int, tail: Tail, last: str, msgs: Sequence[ChatMessage],
+            group: list[Pending] | None) -> tuple[list[str], bytes]:
+    """The ids and bytes of ``msgs`` appended after ``tail`` of the transcript open as ``fd``
+    (``last``: the last line's id when known, else ""). Raises the error of a message that
+    cannot be written (with ``group``: that member fails alone)."""
+    now = root.clock()
+    if group is None:
+        m = msgs[0]
+        fields = m._data
+        if len(msgs) == 1 and not fields.get("id"):  # the common append: no id to check
+            previous = last or (codec.prefix_id(tail.last_line) if tail.last_line is not None else None) \
+                or last_id(fd, tail)
+            new_id = next_id(previous, now)
+            if new_id is None:
+                assign_ids(key, msgs, previous, now)  # raises the error of "no id fits"
+                raise AssertionError("unreachable")
+            created = fields.get("created_at")
+            data = codec.encode_record(codec.record_of(m, new_id, now if created is None else created), key)
+            if len(data) > root.max_message_bytes:
+                raise InvalidMessageError(key=key, message_id=new_id, reason=f"message is {len(data)} bytes, "
+                                          f"over max_message_bytes={root.max_message_bytes}")
+            return [new_id], data
+        records = assign_ids(key, msgs, last or last_id(fd, tail), now, lambda mid: has_id(fd, tail.size, mid))
+        return [r["id"] for r in records], b"".join(encode_lines(root, key, records))
+    lines = _encode_group(root, key, group, last or last_id(fd, tail), now, lambda mid: has_id(fd, tail.size, mid))
+    return [p.id for p in group if p.error is None], b"".join(lines)
 
 
 def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: int, st: os.stat_result, tail: Tail,

@@ -39,8 +39,8 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .. import _platform, sidecar
+from ..errors import SessionStoreError
 from ..types import Durability
-from . import quarantine
 from ._atomic import atomic_write, unlink_quietly, write_temp
 from .control import (
     DEFAULT,
@@ -56,30 +56,11 @@ from .control import (
 )
 from .guard import SessionGuard, TranscriptView
 from .layout import FileState, SessionFiles
-from .lines import BOM, Tail, read_tail
+from .lines import Tail, read_tail
 from .root import Root
+from .torn import cut_torn, save_torn
 
 log = logging.getLogger("jsonl_sessions")
-
-
-def save_torn(root: Root, files: SessionFiles, fd: int, tail: Tail) -> str | None:
-    """Before a change that removes the torn tail of the transcript open as ``fd`` (a final
-    fragment without its newline): copy its bytes to a quarantine file (fsynced, directory
-    too) and log a warning naming the file and the byte count; the file's path. The
-    fragment is usually an append a crash cut short, but it may be a whole message whose
-    newline an outside truncate removed, so it is never cut unsaved. None, nothing
-    written, when there is no torn tail (or it is only a leading byte-order mark). Raises
-    ``OSError`` when the copy cannot be made: the caller's change must not run then.
-    Cost: O(torn bytes), and only when there is one."""
-    if not tail.torn:
-        return None
-    data = _platform.pread(fd, tail.size - tail.committed, tail.committed)
-    if not data or (tail.committed == 0 and data == BOM):
-        return None
-    path = quarantine.save(files, data, root.clock())
-    log.warning("session %r: saved the %d bytes of a torn tail (a last line without its newline) to %s "
-                "before removing it", files.key, len(data), path)
-    return path
 
 
 def mutate(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> Mutation:
@@ -226,13 +207,31 @@ class Tx:
         return self._tail
 
     def save_torn(self) -> str | None:
-        """Before a change that removes the open transcript's torn tail: save it (see
-        :func:`save_torn`), once per Tx; the quarantine file's path, or None when there
-        is no torn tail. Raises ``OSError`` when the copy cannot be made: the caller's
-        change must not run then."""
+        """Before a change that replaces the open transcript: save its torn tail (see
+        :func:`~jsonl_sessions.jsonl.torn.save_torn`), once per Tx; the quarantine file's
+        path, or None when there is no torn tail. Raises ``OSError`` when the copy cannot
+        be made: the caller's change must not run then."""
         if self.torn_saved is None:
             self.torn_saved = save_torn(self.root, self.files, self.fd, self.tail())
         return self.torn_saved
+
+    def _end_as_read(self) -> None:
+        """Before a change in place computed from :meth:`tail`: cut a torn tail (settled,
+        saved and checked: :func:`~jsonl_sessions.jsonl.torn.cut`) and check that the file
+        still ends where the tail was read, so the change removes no line another process
+        appended meanwhile without the session's lock (:class:`SessionStoreError`, nothing
+        changed by the caller then). One ``fstat``; more only with a torn tail."""
+        tail = self.tail()
+        if tail.torn:
+            after, st = cut_torn(self.root, self.files, self.guard, self.fd, tail)
+            self.changed(st, after)
+            end = after.size
+        else:
+            end = _platform.fstat(self.fd).st_size
+        if end != tail.committed:
+            raise SessionStoreError(f"session {self.files.key!r}: {self.files.transcript} grew while it was being "
+                                    "changed (another process appends to it without the session's lock); "
+                                    "nothing removed, try again", key=self.files.key, path=self.files.transcript)
 
     def read_all(self) -> bytes:
         """Every byte of the open transcript. O(transcript)."""
@@ -287,9 +286,8 @@ class Tx:
         """Cut the open transcript at ``at`` (a line boundary), removing ``removed``
         complete lines (``remaining``: the lines left, when the caller knows). One
         ``ftruncate``, counter odd around it; a torn tail is saved first
-        (:meth:`save_torn`). O(1), and O(torn bytes) when there is one."""
-        if self.tail().torn:
-            self.save_torn()
+        (:meth:`_end_as_read`). O(1), and O(torn bytes) when there is one."""
+        self._end_as_read()
         before = self.known_count()
         self.guard.changes += 1
         cut(self.guard, self.fd, at, durable=self.durable)
@@ -303,9 +301,8 @@ class Tx:
     def rewrite_tail(self, at: int, line: bytes) -> None:
         """Replace the open transcript's bytes from ``at`` (the last line's start) with
         ``line`` (one line with its newline), through a :class:`TailRewrite` record
-        (a torn tail saved first: :meth:`save_torn`)."""
-        if self.tail().torn:
-            self.save_torn()
+        (a torn tail cut first, and the end checked: :meth:`_end_as_read`)."""
+        self._end_as_read()
         before = self.known_count()
         self.guard.changes += 1
         self.journaled(TailRewrite(at, line))
