@@ -231,7 +231,7 @@ class Tx:
         if end != tail.committed:
             raise SessionStoreError(f"session {self.files.key!r}: {self.files.transcript} grew while it was being "
                                     "changed (another process appends to it without the session's lock); "
-                                    "nothing removed, try again", key=self.files.key, path=self.files.transcript)
+                                    "nothing removed, try again")
 
     def read_all(self) -> bytes:
         """Every byte of the open transcript. O(transcript)."""

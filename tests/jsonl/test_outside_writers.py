@@ -21,7 +21,7 @@ import pytest
 from _budget import sized
 from _child import child_env
 
-from jsonl_sessions import SessionStore
+from jsonl_sessions import SessionStore, SessionStoreError, _platform
 from jsonl_sessions.jsonl.layout import SessionFiles
 
 KEY = "shared"
@@ -57,7 +57,7 @@ def test_outside_lines_and_store_appends_all_survive(tmp_path: pathlib.Path, siz
                               stdout=subprocess.PIPE, env=child_env())
     acknowledged: list[str] = []
     try:
-        deadline = time.monotonic() + sized(1.5, 15.0)
+        deadline = time.monotonic() + sized(1.0, 15.0)
         while time.monotonic() < deadline or not acknowledged:
             acknowledged.append(store.append(KEY, {"role": "assistant", "content": f"store {len(acknowledged)}"}))
     finally:
@@ -73,3 +73,68 @@ def test_outside_lines_and_store_appends_all_survive(tmp_path: pathlib.Path, siz
     assert len(lines) == 1 + written + len(acknowledged)
     # Nothing was cut, so nothing was saved: no quarantine file piles up.
     assert not [p for p in os.listdir(tmp_path / "store") if ".quarantine-" in p]
+
+
+#: The same, through the protocol: each line appended with ``append_lines`` (the session's lock).
+LOCKED_WRITER = r"""
+import os, sys
+from jsonl_sessions import SessionStore, SessionStoreError, _platform
+from jsonl_sessions.outside import append_lines
+root, key, stop, size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+store = SessionStore(root, durability="flush")
+n = 0
+while not os.path.exists(stop):
+    append_lines(store, key, ['{"role": "tool", "content": "%s", "outside": %d}' % ("x" * size, n)])
+    n += 1
+print(n, flush=True)
+"""
+
+
+def test_a_writer_that_takes_the_lock_interleaves_whole_lines(tmp_path: pathlib.Path) -> None:
+    root = tmp_path / "store"
+    store = SessionStore(root, durability="flush")
+    store.append(KEY, {"role": "user", "content": "start"})
+    stop = tmp_path / "stop"
+    writer = subprocess.Popen([sys.executable, "-c", LOCKED_WRITER, str(root), KEY, str(stop), "200000"],
+                              stdout=subprocess.PIPE, env=child_env())
+    acknowledged: list[str] = []
+    try:
+        deadline = time.monotonic() + sized(1.0, 10.0)
+        while time.monotonic() < deadline or not acknowledged:
+            acknowledged.append(store.append(KEY, {"role": "assistant", "content": len(acknowledged)}))
+    finally:
+        stop.touch()
+        out, _ = writer.communicate(timeout=60)
+    loaded = store.try_load(KEY)  # strict: ids increase, every line parses
+    assert sorted(m.extra["outside"] for m in loaded if "outside" in m.extra) == list(range(int(out)))
+    assert [m.id for m in loaded if m.role == "assistant"] == acknowledged
+
+
+def test_a_change_in_place_refuses_when_a_line_landed_after_its_tail_read(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """remove_last read the tail, then another process (not holding the lock) appended a
+    line: cutting at the old last line's start would delete that line too."""
+    store = SessionStore(tmp_path / "store", durability="flush")
+    ids = store.append_many(KEY, [{"role": "user", "content": i} for i in range(3)])
+    path = pathlib.Path(SessionFiles.of(str(tmp_path / "store"), KEY).transcript)
+    store.close()  # nothing kept open: remove_last opens the transcript and reads its tail
+    outside = b'{"role":"tool","content":"outside"}\n'
+    real = _platform.pread
+    landed: list[bool] = []
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        data = real(fd, size, offset)
+        if not landed and os.fstat(fd).st_ino == path.stat().st_ino:  # the tail read of the transcript
+            landed.append(True)
+            with open(path, "ab") as f:
+                f.write(outside)
+        return data
+
+    monkeypatch.setattr(_platform, "pread", pread)
+    before = path.read_bytes()
+    with pytest.raises(SessionStoreError, match="grew while it was being changed"):
+        store.remove_last(KEY)
+    monkeypatch.undo()
+    assert landed and path.read_bytes() == before + outside
+    assert [m.id for m in store.try_load(KEY)][:3] == ids
+    assert store.remove_last(KEY) and store.try_load(KEY)[-1].id == ids[-1]  # the retry removes the outside line
