@@ -12,15 +12,20 @@ That function:
 - assigns ids (strictly increasing after the last line's id; a caller's id is checked)
   and encodes each message (JSON, no NaN, at most ``max_message_bytes``) before a byte is
   written;
-- writes every line in ONE write after the committed bytes. A torn tail is saved to a
-  quarantine file and cut first; a batch of several lines of one caller commits an
+- writes every line in ONE write after the committed bytes. A torn tail is waited for
+  while it grows (another process may still be writing that line), then saved to a
+  quarantine file and cut, only if still exactly as saved
+  (:func:`~jsonl_sessions.jsonl.torn.cut_torn`); a batch of several lines of one caller commits an
   :class:`~jsonl_sessions.jsonl.control.AppendBatch` record first (all or none after a crash);
 - fsyncs in ``"fsync"`` mode, with the visible end set before the write and cleared after
   the fsync (docs/format.md), so no lock-free reader returns a line that is not durable
   yet, and none waits for it;
 - rolls back on any failure of the write or the fsync: counter odd, truncate to the
   committed size, counter even, kept descriptor closed; an unacknowledged line never
-  appears later (never retried: after a failed fsync the page cache cannot be trusted);
+  appears later (never retried: after a failed fsync the page cache cannot be trusted),
+  also when that truncate fails too: a :class:`~jsonl_sessions.jsonl.control.CutBack`
+  record then makes the next guard holder or reader cut the bytes first
+  (:func:`~jsonl_sessions.jsonl.control.roll_back`);
 - keeps the count cache and the kept view current (a failure there only drops them: the
   append stands).
 
@@ -53,7 +58,7 @@ from ..errors import InvalidMessageError, LockTimeoutError, SessionStoreError
 from ..ids import assign_ids, next_id
 from ..types import ChatMessage
 from . import torn
-from .control import AppendBatch
+from .control import AppendBatch, roll_back
 from .guard import REGISTRY, GuardBusy, GuardClosed, SessionGuard, TranscriptView
 from .layout import FileState, SessionFiles
 from .lines import Tail, iter_lines_backward, read_tail
@@ -258,7 +263,7 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
         _drop(guard, view, fd)
         return []
     try:
-        _commit(root, guard, view, fd, st, tail, data, new_ids, clean, atomic=group is None)
+        _commit(root, files, guard, view, fd, st, tail, data, new_ids, clean, atomic=group is None)
     except BaseException as exc:
         _fail(group, exc)
         raise
@@ -294,8 +299,8 @@ def _encode(root: Root, key: str, fd: int, tail: Tail, last: str, msgs: Sequence
     return [p.id for p in group if p.error is None], b"".join(lines)
 
 
-def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: int, st: os.stat_result, tail: Tail,
-            data: bytes, new_ids: list[str], clean: bool, *, atomic: bool) -> None:
+def _commit(root: Root, files: SessionFiles, guard: SessionGuard, view: TranscriptView | None, fd: int,
+            st: os.stat_result, tail: Tail, data: bytes, new_ids: list[str], clean: bool, *, atomic: bool) -> None:
     """Write ``data`` (the lines of ``new_ids``) after the committed bytes of the transcript
     open as ``fd`` (``st``, ``tail``: as found; ``view``: the kept view it came from, if
     any), in one write (and one fsync when durable); rolled back on error (and the
@@ -341,12 +346,11 @@ def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: in
             guard.show_all()
     except BaseException:
         in_place = True
-        with contextlib.suppress(OSError):
-            guard.begin_in_place()
-        with contextlib.suppress(OSError):  # even if the counter could not be marked
-            _platform.truncate(fd, committed)
-            if hide and guard.hidden is not None:  # cut: nothing left to hide
+        outcome = roll_back(guard, files, fd, committed)  # even if the counter could not be marked
+        if outcome == "cut" and hide and guard.hidden is not None:  # nothing left to hide
+            with contextlib.suppress(OSError):
                 guard.show_all()
+        batch = batch and outcome == "cut"  # else its record gave way to the cut's, or must stay
         _drop(guard, view, fd)
         raise
     finally:
