@@ -453,6 +453,15 @@ def with_transcript(root: Root, files: SessionFiles, read: Callable[[int, int], 
     return result
 
 
+def without_control(files: SessionFiles, read: Callable[[int, int], _T]) -> _T | None:
+    """``read(fd, size)`` on the transcript opened read-only, without looking at the control
+    file: for a session whose control file cannot be used (not a regular file), where no
+    writer can take the guard, so no in-place change can overlap the read. None when the
+    session does not exist; :class:`UnsafePathError` for a transcript that is not a
+    regular file."""
+    return _read_only(files, lambda fd, st: read(fd, st.st_size))
+
+
 def _read_only(files: SessionFiles, use: Callable[[int, os.stat_result], _T]) -> _T | None:
     """``use(fd, fstat)`` on the transcript opened read-only (closed after); None when missing."""
     opened = files.open_transcript(os.O_RDONLY)
@@ -528,4 +537,4 @@ __all__ = ["COUNT", "COUNT_OFFSET", "DEFAULT", "HEAD_BYTES", "READ_RETRY_SECONDS
            "SEQ_OFFSET", "VISIBLE_OFFSET", "AppendBatch", "CountCache", "CutBack", "Head", "Moves", "Record", "RollForward",
            "TailRewrite", "acquire", "consistent", "count", "count_with_size", "cut", "decode_head", "encode_record",
            "enter", "in_place", "parse_record", "peek_count", "read_control", "read_head", "read_transcript",
-           "recover", "rename_over", "roll_back", "try_recover", "with_transcript"]
+           "recover", "rename_over", "roll_back", "try_recover", "with_transcript", "without_control"]
