@@ -14,14 +14,20 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from _budget import sized
 from _child import child_env
 
 from jsonl_sessions import SessionStore, SessionStoreError, _platform
+from jsonl_sessions.jsonl import torn
 from jsonl_sessions.jsonl.layout import SessionFiles
 
 KEY = "shared"
@@ -138,3 +144,69 @@ def test_a_change_in_place_refuses_when_a_line_landed_after_its_tail_read(
     assert landed and path.read_bytes() == before + outside
     assert [m.id for m in store.try_load(KEY)][:3] == ids
     assert store.remove_last(KEY) and store.try_load(KEY)[-1].id == ids[-1]  # the retry removes the outside line
+
+
+@st.composite
+def _schedules(draw: st.DrawFn) -> tuple[bytes, list[tuple[int, bytes]]]:
+    """A fragment of another tool's line, and when (the n-th ``fstat`` / ``pread`` of the
+    store) that tool writes what bytes next: the rest of its line, more lines, maybe the
+    start of one more. Concatenated, the pieces are always whole lines and one fragment."""
+    lines = [orjson.dumps({"role": "tool", "content": "y" * draw(st.integers(0, 300)), "outside": i}) + b"\n"
+             for i in range(draw(st.integers(1, 4)))]
+    stream = b"".join(lines)
+    stream = stream[: draw(st.integers(len(stream) - 1, len(stream)))]  # the last line may stay unfinished
+    cuts = sorted(set(draw(st.lists(st.integers(1, len(stream) - 1), min_size=1, max_size=4))))
+    at = sorted(draw(st.lists(st.integers(1, 40), min_size=len(cuts), max_size=len(cuts))))
+    pieces = [stream[a:b] for a, b in zip(cuts, [*cuts[1:], len(stream)], strict=True)]
+    return stream[: cuts[0]], list(zip(at, pieces, strict=True))
+
+
+@settings(deadline=None)
+@given(schedule=_schedules())
+def test_an_append_never_cuts_a_line_in_progress(schedule: tuple[bytes, list[tuple[int, bytes]]]) -> None:
+    """Model: the other tool's bytes form whole lines plus at most a final fragment. However
+    its writes fall between the store's reads, an append keeps every line the tool
+    completed (once, whole) and its own, and glues nothing to a fragment; it cuts and saves
+    a fragment only when nothing finished it, and then that fragment is exactly what the
+    one quarantine file holds."""
+    fragment, writes = schedule
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torn, "STABLE_SECONDS", 0.01)
+        store = SessionStore(pathlib.Path(tmp) / "store", durability="flush")
+        store.append(KEY, {"role": "user", "content": "start"})
+        path = pathlib.Path(SessionFiles.of(str(store.root), KEY).transcript)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        os.write(fd, fragment)
+        calls = 0
+        pending = list(writes)
+        written = [fragment]
+
+        def hook(real: Callable[..., Any]) -> Callable[..., Any]:
+            def call(*args: Any) -> Any:
+                nonlocal calls
+                calls += 1
+                while pending and pending[0][0] <= calls:
+                    written.append(pending.pop(0)[1])
+                    os.write(fd, written[-1])
+                return real(*args)
+            return call
+
+        mp.setattr(_platform, "fstat", hook(_platform.fstat))
+        mp.setattr(_platform, "pread", hook(_platform.pread))
+        try:
+            new = store.append(KEY, {"role": "assistant", "content": "mine"})
+        finally:
+            mp.undo()
+            os.close(fd)
+        outside = b"".join(written)
+        finished = outside[: outside.rfind(b"\n") + 1].splitlines(keepends=True)
+        data = path.read_bytes()
+        complete = data[: data.rfind(b"\n") + 1].splitlines(keepends=True)
+        assert [line for line in complete if b'"outside"' in line and line in finished] == finished
+        assert sum(1 for line in complete if new.encode() in line) == 1
+        saved = [p.read_bytes() for p in pathlib.Path(store.root).iterdir() if ".quarantine-" in p.name]
+        cut = [line for line in complete if b'"outside"' in line and line not in finished]
+        assert not cut  # no line was glued to a fragment
+        unfinished = outside[outside.rfind(b"\n") + 1 :]
+        assert saved in ([], [unfinished])  # at most one copy: of the fragment nothing ever finished
+        store.close()
