@@ -18,7 +18,7 @@ The cut itself is one ``ftruncate`` to the end of the last complete line, with t
 sequence counter odd around it (and an ``fsync`` in ``"fsync"`` mode).
 
 A writer that follows the protocol (takes the lock file's ``flock`` first, as
-:func:`jsonl_sessions.append_lines` and ``jsonl-sessions import KEY - --append`` do) is
+:func:`jsonl_sessions.outside.append_lines` and ``jsonl-sessions import KEY - --append`` do) is
 never raced. For one that ignores it, the only bytes the store can remove are a fragment
 that stood still for :data:`STABLE_SECONDS`, byte-identical to the saved copy a few
 microseconds before the cut.
