@@ -304,13 +304,12 @@ def _commit(root: Root, files: SessionFiles, guard: SessionGuard, view: Transcri
     """Write ``data`` (the lines of ``new_ids``) after the committed bytes of the transcript
     open as ``fd`` (``st``, ``tail``: as found; ``view``: the kept view it came from, if
     any), in one write (and one fsync when durable); rolled back on error (and the
-    descriptor closed), so none of the lines appears later. A torn tail (saved already) is
-    cut first. A batch (several lines and ``atomic``) commits an :class:`AppendBatch`
+    descriptor closed: :func:`~jsonl_sessions.jsonl.control.roll_back`), so none of the
+    lines appears later. ``tail`` has no torn tail (the caller cut it). A batch (several lines and ``atomic``) commits an :class:`AppendBatch`
     record first; lines of separate appends (not ``atomic``) do not: a crash may keep a
     prefix of them, none acknowledged yet.
 
-    Durable mode: the counter is odd throughout when the append rewrites in place anyway
-    (a torn tail cut, a batch), else the visible end hides the new bytes from lock-free
+    Durable mode: the counter is odd throughout for a batch, else the visible end hides the new bytes from lock-free
     readers (one ``pwrite`` before the write, one after the fsync). If clearing it fails,
     the lines are cut as after a failed fsync (a reader may not see them until the next
     guard holder clears it, and the append is not acknowledged). Failing to finish the
@@ -322,7 +321,6 @@ def _commit(root: Root, files: SessionFiles, guard: SessionGuard, view: Transcri
     view or the cache is then dropped, rebuilt later."""
     durable = root.durable
     committed = tail.committed
-    torn = committed != tail.size
     lines = len(new_ids)
     batch = lines > 1 and atomic
     cache = guard.count
@@ -330,12 +328,10 @@ def _commit(root: Root, files: SessionFiles, guard: SessionGuard, view: Transcri
     guard.changes += 1  # the file may change from here on: a Tx open around this call reads it again
     if batch:
         guard.write_record(AppendBatch(committed, committed + len(data)), durable)
-    in_place = torn or batch
+    in_place = batch
     hide = durable and not in_place
     if in_place:
         guard.begin_in_place()
-        if torn:
-            _platform.truncate(fd, committed)
     elif hide:
         guard.hide_from(committed)
     try:

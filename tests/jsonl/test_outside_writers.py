@@ -146,6 +146,24 @@ def test_a_change_in_place_refuses_when_a_line_landed_after_its_tail_read(
     assert store.remove_last(KEY) and store.try_load(KEY)[-1].id == ids[-1]  # the retry removes the outside line
 
 
+#: How many polls of the store a torn tail must stand still for (the clock below is virtual).
+STABLE_POLLS = 5
+
+
+class _VirtualClock:
+    """Time that moves only when the store sleeps: the wait for a torn tail to stand still
+    counts polls, never the machine's speed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @st.composite
 def _schedules(draw: st.DrawFn) -> tuple[bytes, list[tuple[int, bytes]]]:
     """A fragment of another tool's line, and when (the n-th ``fstat`` / ``pread`` of the
@@ -156,7 +174,10 @@ def _schedules(draw: st.DrawFn) -> tuple[bytes, list[tuple[int, bytes]]]:
     stream = b"".join(lines)
     stream = stream[: draw(st.integers(len(stream) - 1, len(stream)))]  # the last line may stay unfinished
     cuts = sorted(set(draw(st.lists(st.integers(1, len(stream) - 1), min_size=1, max_size=4))))
-    at = sorted(draw(st.lists(st.integers(1, 40), min_size=len(cuts), max_size=len(cuts))))
+    # A writer in the middle of a line never pauses as long as the store waits for a torn
+    # tail to stand still (STABLE_POLLS polls): its next write comes within 1-3 calls.
+    gaps = draw(st.lists(st.integers(1, STABLE_POLLS - 2), min_size=len(cuts), max_size=len(cuts)))
+    at = [sum(gaps[: i + 1]) for i in range(len(gaps))]
     pieces = [stream[a:b] for a, b in zip(cuts, [*cuts[1:], len(stream)], strict=True)]
     return stream[: cuts[0]], list(zip(at, pieces, strict=True))
 
@@ -171,7 +192,8 @@ def test_an_append_never_cuts_a_line_in_progress(schedule: tuple[bytes, list[tup
     one quarantine file holds."""
     fragment, writes = schedule
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torn, "STABLE_SECONDS", 0.01)
+        mp.setattr(torn, "STABLE_SECONDS", STABLE_POLLS * torn._POLL)
+        mp.setattr(torn, "time", _VirtualClock())  # each poll of a torn tail is one step of time
         store = SessionStore(pathlib.Path(tmp) / "store", durability="flush")
         store.append(KEY, {"role": "user", "content": "start"})
         path = pathlib.Path(SessionFiles.of(str(store.root), KEY).transcript)
