@@ -8,7 +8,8 @@ Cutting the second kind back would delete that line, and every line its writer a
 meanwhile. So the store cuts a torn tail only when:
 
 - it is *stable*: the file has not grown for :data:`STABLE_SECONDS` (a line in
-  progress grows or completes within that; one that completes is no torn tail at all);
+  progress grows or completes within that; one that completes is no torn tail at all),
+  or nobody modified it for :data:`OLD_SECONDS` before the store looked;
 - its bytes were saved first (a quarantine file, fsynced with the directory);
 - right before the cut, one ``fstat`` and one read show the file still exactly as saved
   (same size, same fragment bytes). Otherwise the saved copy is removed again (nothing
@@ -45,6 +46,10 @@ log = logging.getLogger("jsonl_sessions")
 #: How long a torn tail must stay the same size before it is taken for a crash's leftover
 #: rather than a line another process is still writing.
 STABLE_SECONDS = 0.05
+#: A transcript nobody modified for this long (by its modification time) holds no line in
+#: progress: its torn tail is stable at once. Well above any file system's timestamp
+#: granularity (FAT: 2 s), so a coarse clock never makes a fresh write look old.
+OLD_SECONDS = 3.0
 _POLL = 0.002
 
 
@@ -73,14 +78,18 @@ def save_torn(root: Root, files: SessionFiles, fd: int, tail: Tail, data: bytes 
 def settle(root: Root, files: SessionFiles, fd: int, tail: Tail) -> tuple[Tail, os.stat_result | None]:
     """Wait until the transcript open as ``fd`` (``tail``: its end as last read) has no torn
     tail, or one that stayed unchanged for :data:`STABLE_SECONDS`; the tail then, and the
-    ``fstat`` it was read at (None when ``tail`` was not torn: nothing read). While the file
-    keeps growing with a line in progress, the wait goes on, up to the store's
-    ``lock_timeout`` (:class:`LockTimeoutError` naming the transcript). Cost: nothing without
-    a torn tail; else one ``fstat`` every 2 ms and a tail read each time it grew."""
+    ``fstat`` it was read at (None when ``tail`` was not torn: nothing read). A transcript
+    last modified :data:`OLD_SECONDS` ago or more (a crash's leftover, usually) is stable
+    at once. While the file keeps growing with a line in progress, the wait goes on, up to
+    the store's ``lock_timeout`` (:class:`LockTimeoutError` naming the transcript). Cost:
+    nothing without a torn tail; else one ``fstat``, and for a fresh one an ``fstat``
+    every 2 ms (at least :data:`STABLE_SECONDS`) and a tail read each time it grew."""
     if not tail.torn:
         return tail, None
     started = quiet_since = time.monotonic()
     st = _platform.fstat(fd)
+    if st.st_size == tail.size and time.time_ns() - st.st_mtime_ns >= OLD_SECONDS * 1e9:
+        return tail, st
     while True:
         if st.st_size != tail.size:
             tail = read_tail(fd, st.st_size)
@@ -150,4 +159,4 @@ def cut_torn(root: Root, files: SessionFiles, guard: SessionGuard, fd: int, tail
     return tail, st if st is not None else _platform.fstat(fd)
 
 
-__all__ = ["STABLE_SECONDS", "cut_torn", "save_torn", "settle", "unchanged_since"]
+__all__ = ["OLD_SECONDS", "STABLE_SECONDS", "cut_torn", "save_torn", "settle", "unchanged_since"]

@@ -163,6 +163,10 @@ class _VirtualClock:
     def sleep(self, seconds: float) -> None:
         self.now += seconds
 
+    @staticmethod
+    def time_ns() -> int:  # the file's age: real (its fragment was just written: never old)
+        return time.time_ns()
+
 
 @st.composite
 def _schedules(draw: st.DrawFn) -> tuple[bytes, list[tuple[int, bytes]]]:
