@@ -40,7 +40,7 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from .. import _platform
 from ..errors import LockTimeoutError
@@ -53,14 +53,12 @@ from .controlfile import (
     SEQ_OFFSET,
     VISIBLE_OFFSET,
     CountCache,
+    Record,
     encode_record,
     read_control,
 )
 from .layout import FileState, open_regular
 from .lines import Tail
-
-if TYPE_CHECKING:
-    from .control import Record
 
 log = logging.getLogger("jsonl_sessions")
 
