@@ -24,11 +24,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shlex
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from .. import __version__
 from ..errors import CorruptTranscriptError, InvalidSessionKeyError, LockTimeoutError, SessionStoreError
@@ -220,6 +222,10 @@ def _show(p: argparse.ArgumentParser) -> None:
     cursor = p.add_mutually_exclusive_group()
     cursor.add_argument("--before", metavar="ID", help="only messages older than this message id (a page cursor)")
     cursor.add_argument("--after", metavar="ID", help="only messages newer than this message id")
+    cursor.add_argument("--around", metavar="ID",
+                        help="this message with --context messages before and after it (open a search hit)")
+    p.add_argument("-C", "--context", type=_count, default=5, metavar="N",
+                   help="with --around: how many messages either side (default 5)")
     _rendering(p)
 
 
@@ -232,16 +238,38 @@ def _tail(p: argparse.ArgumentParser) -> None:
     _rendering(p)
 
 
+def _millis(text: str) -> int:
+    """A time for --since / --until: milliseconds since the epoch, or an ISO 8601 date or
+    date and time (local time unless it names its offset)."""
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not milliseconds or an ISO 8601 time: {text!r}") from None
+    return int(moment.timestamp() * 1000)
+
+
 def _search(p: argparse.ArgumentParser) -> None:
-    p.add_argument("keyword", metavar="KEYWORD")
+    p.add_argument("keyword", metavar="KEYWORD", help='words and "quoted phrases"; a message must hold every one')
     p.add_argument("--alias", metavar="AGENT", help="only sessions attributed to this agent alias")
-    p.add_argument("--limit", type=_count, default=50, metavar="N", help="at most N sessions (default 50; 0: all)")
+    p.add_argument("--limit", type=_count, default=50, metavar="N",
+                   help="at most N hits, then the --cursor of the next page (default 50; 0: all); with -l: "
+                        "at most N sessions")
+    p.add_argument("--role", action="append", metavar="ROLE", help="only messages of this role (repeatable)")
+    p.add_argument("--key", action="append", metavar="KEY", help="only this session (repeatable)")
+    p.add_argument("--name", metavar="TEXT", help="only sessions whose name contains TEXT (case-insensitive)")
+    p.add_argument("--since", type=_millis, metavar="TIME",
+                   help="only messages created at or after TIME (ms since the epoch, or ISO 8601 like 2026-12-01)")
+    p.add_argument("--until", type=_millis, metavar="TIME", help="only messages created before TIME")
+    p.add_argument("--cursor", metavar="CURSOR", help="the next page of an earlier search (printed after its page)")
     p.add_argument("-l", "--sessions", action="store_true",
                    help="only the matching sessions, as the ls table (like grep -l)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--json", action="store_true",
-                       help="one JSON object a line per match: key, field (message or name), id, role, text, and "
-                            "start/end of the match in text; with -l: a JSON array of session objects")
+                       help="one JSON object a line per hit: key, field (message), id, role, created_at (ms), "
+                            "text (the snippet), start/end of its first match and matches (every [start, end) in "
+                            "text); with -l: a JSON array of session objects")
     group.add_argument("--nl", action="store_true", help="with -l: one session object a line (implies -l)")
 
 
@@ -358,11 +386,13 @@ TABLE: dict[str, Command] = {
         _tail, cmd_tail),
     "search": Command(
         "find messages by keyword, like grep",
-        "Every message whose text contains KEYWORD (case-insensitive), one line each: session key, message "
-        "id, role and the text around the match (marked). Sessions newest activity first, messages oldest "
-        "first; a session whose name matches also gets a line for its name. Streams: each session's lines "
-        "are printed as they are found. With -l only the sessions. Exit status 0 when something matched, "
-        "1 when nothing did (like grep).",
+        "Every message whose text holds each word and \"quoted phrase\" of KEYWORD (case-insensitive, with "
+        "Unicode case folding: strasse finds Straße), one line each: session key, message id, role and the "
+        "text around the match (matches marked), newest first, filtered by --role, --key, --alias, --name, "
+        "--since and --until. --limit N hits a page, then the --cursor of the next page on stderr. "
+        "Uses the full-text index when there is one (jsonl-sessions index). With -l only the sessions "
+        "(their name or text holds KEYWORD). Open a hit with show KEY --around ID. Exit status 0 when "
+        "something matched, 1 when nothing did (like grep).",
         _search, cmd_search),
     "verify": Command(
         "check the store's health (fsck); exit 1 on problems",

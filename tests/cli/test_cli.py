@@ -323,10 +323,9 @@ def test_search_prints_each_matching_message_like_grep(any_store: tuple[pathlib.
         return code, out.splitlines(), err
 
     code, lines, _ = search("KUBERNETES")
-    assert code == 0
-    assert sorted(lines) == sorted([f"a  {ids[0]}  user  Deploy the **Kubernetes** cluster",
-                                    f"a  {ids[2]}  assistant  Die STRASSE und **kubernetes**",
-                                    "b  -  name  **Kubernetes** notes"])
+    assert code == 0  # newest first; a session's name is searched with -l (or filtered by --name)
+    assert lines == [f"a  {ids[2]}  assistant  Die STRASSE und **kubernetes**",
+                     f"a  {ids[0]}  user  Deploy the **Kubernetes** cluster"]
     # casefolded as the store compares: ß matches ss both ways, and the mark covers the original characters
     code, lines, _ = search("strasse")
     assert code == 0 and sorted(lines) == sorted([f"a  {ids[2]}  assistant  Die **STRASSE** und kubernetes",
@@ -340,7 +339,41 @@ def test_search_prints_each_matching_message_like_grep(any_store: tuple[pathlib.
     code, lines, _ = search("absent-word", "--json")
     assert code == 1 and lines == []
     code, lines, _ = search("")  # every message, nothing marked
-    assert code == 0 and len(lines) == 5 and not any("**" in line for line in lines)
+    assert code == 0 and len(lines) == 4 and not any("**" in line for line in lines)
+
+
+def test_search_filters_pages_and_opens_a_hit_in_context(root: pathlib.Path, store: SessionStore,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    ids = store.append_many("k", [{"role": "user" if i % 2 else "assistant", "content": f"step {i} of the deploy",
+                                   "created_at": 1_000 * i} for i in range(10)])
+    store.append("other", {"role": "user", "content": "deploy elsewhere", "created_at": 5_500})
+    store.set_session_name("other", "Side Project")
+
+    def search(*argv: str) -> tuple[int, list[dict[str, Any]], str]:
+        capsys.readouterr()
+        code = main(["--root", str(root), "search", *argv, "--json"])
+        out, err = capsys.readouterr()
+        return code, [orjson.loads(line) for line in out.splitlines()], err
+
+    code, hits, _ = search("deploy", "--role", "user", "--since", "3000", "--until", "8000")
+    assert [h["id"] for h in hits] == [ids[7], hits[1]["id"], ids[5], ids[3]] and hits[1]["key"] == "other"
+    assert hits[0]["created_at"] == 7000 and hits[0]["matches"] == [[14, 20]]
+    code, hits, _ = search("deploy", "--key", "other")
+    assert [h["key"] for h in hits] == ["other"]
+    code, hits, _ = search("DEPLOY", "--name", "side")
+    assert [h["key"] for h in hits] == ["other"]
+    code, hits, err = search('"step 9"', "--limit", "1")
+    assert [h["id"] for h in hits] == [ids[9]] and "--cursor" not in err
+    code, hits, err = search("deploy", "--key", "k", "--limit", "4")
+    assert [h["id"] for h in hits] == ids[:5:-1]
+    cursor = err.split("--cursor ")[1].split()[0]
+    code, hits, err = search("deploy", "--key", "k", "--limit", "4", "--cursor", cursor)
+    assert [h["id"] for h in hits] == ids[5:1:-1]
+    capsys.readouterr()
+    assert main(["--root", str(root), "show", "k", "--around", ids[4], "-C", "2", "--jsonl"]) == 0
+    shown = [orjson.loads(line)["id"] for line in capsys.readouterr().out.splitlines()]
+    assert shown == ids[2:7]
+    assert main(["--root", str(root), "show", "k", "--around", "7ZZZZZZZZZZZZZZZZZZZZZZZZZ"]) != 0
 
 
 def test_search_finds_matches_past_the_first_page(root: pathlib.Path, store: SessionStore,
@@ -351,7 +384,8 @@ def test_search_finds_matches_past_the_first_page(root: pathlib.Path, store: Ses
     capsys.readouterr()
     assert main(["--root", str(root), "search", "NEEDLE", "--json"]) == 0
     hits = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [h["text"] for h in hits] == ["line 7 needle", "line 407 needle", "line 807 needle", "line 1207 needle"]
+    assert sorted(h["text"] for h in hits) == ["line 1207 needle", "line 407 needle", "line 7 needle",
+                                               "line 807 needle"]
 
 
 def test_stats_counts(run: Run, store: SessionStore, root: pathlib.Path) -> None:
