@@ -3,11 +3,11 @@
 This module is the entry point (:func:`main`) and the argument parser (:data:`TABLE`
 lists every command: help, arguments, handler; :func:`build_parser` builds the parser
 from it); the handlers are in :mod:`.reading` (ls, show, search, tail), :mod:`.transfer`
-(export, import), :mod:`.upkeep` (rm, stats, gc, repair), :mod:`.verify`, :mod:`.migrate` and
+(export, import), :mod:`.upkeep` (rm, stats, gc, repair), :mod:`.verify`, :mod:`.index`, :mod:`.migrate` and
 :mod:`.demo`, what they print in :mod:`.output`; :mod:`.stores` opens the store.
 
 Commands (:data:`jsonl_sessions.cli.COMMANDS`): ``ls``, ``show``, ``tail``, ``search``, ``verify``,
-``repair``, ``gc``, ``export``, ``import``, ``rm``, ``stats``, ``migrate``, ``demo``. The store directory is
+``repair``, ``gc``, ``export``, ``import``, ``rm``, ``stats``, ``index``, ``migrate``, ``demo``. The store directory is
 ``--root``, else ``$JSONL_SESSIONS_ROOT``, else the per-user data directory
 (:func:`default_root`). Commands that only read never create it.
 
@@ -36,6 +36,7 @@ from .. import __version__
 from ..errors import CorruptTranscriptError, InvalidSessionKeyError, LockTimeoutError, SessionStoreError
 from ..location import ENV_ROOT, default_root, resolve_root
 from .demo import cmd_demo
+from .index import cmd_index
 from .migrate import cmd_migrate
 from .output import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, PROG, CliError, UsageError, err
 from .reading import SORTS, cmd_ls, cmd_search, cmd_show, cmd_tail
@@ -288,6 +289,13 @@ def _repair(p: argparse.ArgumentParser) -> None:
                         '"torn_bytes", "bom", "recovered", "quarantine", "torn_saved"}')
 
 
+def _index(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("build", "status", "drop"),
+                   help="build: create or bring up to date; status: what it holds; drop: delete it")
+    p.add_argument("--rebuild", action="store_true", help="with build: drop the index first and build it anew")
+    p.add_argument("--json", action="store_true", help="the result as one JSON object")
+
+
 def _gc(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="the removed files as JSON")
 
@@ -448,6 +456,16 @@ TABLE: dict[str, Command] = {
         "quarantine files. Cheap: metadata, file stats and one byte per transcript; corrupt lines need "
         "a full read, which is `verify`.",
         _stats, cmd_stats),
+    "index": Command(
+        "build, check or drop the full-text index of search",
+        "The optional full-text index that makes search instant on large stores: an SQLite FTS5 file "
+        "(.search-index.sqlite3) in a JSONL store's directory, an FTS5 table in a SQLite store. build creates "
+        "it or brings it up to date (--rebuild: from scratch), status prints what it holds and how many "
+        "sessions changed since it saw them, drop deletes it. Searches use it while it exists and bring it "
+        "up to date first; it is derived from the messages, so dropping it loses nothing, and a search "
+        "returns the same hits with or without it. Searches whose terms are all shorter than three "
+        "characters scan. Exit status 1 when the index is unusable (status) or could not be built.",
+        _index, cmd_index),
     "migrate": Command(
         "copy a whole store between a JSONL directory and a SQLite file",
         "Copies every session of SRC into DST: messages as their exact stored lines (byte-identical), all "

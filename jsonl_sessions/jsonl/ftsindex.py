@@ -1,0 +1,319 @@
+"""The optional full-text index of a JSONL store: ``<root>/.search-index.sqlite3``, an SQLite
+file with an FTS5 table (:mod:`jsonl_sessions.fts`), derived from the transcripts and never
+the source of truth: deleting it loses nothing, and :func:`build` makes it again.
+
+**Use.** While the file exists, ``search_messages`` brings it up to date for the sessions
+the search looks at, then asks it for candidates and confirms each with the exact matcher
+(so it returns what a scan returns); a search without a term of three characters or more
+scans instead. ``jsonl-sessions index build`` (or :func:`build`) creates it, ``drop``
+deletes it; without it, searches scan.
+
+**Currency.** Each session has a high-water mark: the transcript's identity (device,
+inode), the control file's sequence counter (every in-place change of a transcript,
+truncate or tail rewrite, moves it), the modification time, the byte end and line count
+indexed so far, and the last bytes before that end. A session whose transcript still has
+that identity, counter and time and ends there is current; one that only grew (same
+identity and counter, the bytes before the old end unchanged) gets its new lines
+indexed from the old end; anything else (a rewrite, truncation, replaced or recreated
+file) is indexed again from the start. Sessions that no longer exist are dropped from it.
+Only complete lines up to the committed end are indexed (a torn tail never is).
+
+**Crashes.** The file is in WAL mode; each session's update (rows and mark) is one
+transaction, so a process killed in the middle of an update leaves every session at its
+old or its new mark, both consistent: the next search goes on from there. A file that is
+not such an index (another version, damage) is deleted and built again.
+
+Each line is stored once in the index (the candidate a search confirms comes from there),
+with its casefolded text in the FTS5 table; lines that are not messages or have no text
+are not. Cost of a search: one look at each session (as a listing), the new lines of
+changed sessions, then the FTS5 query and the candidates it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .. import _platform, fts
+from ..finding import Collector, MessageSearch
+from .control import with_transcript_state
+from .controlfile import Head, read_head
+from .layout import SessionFiles
+from .lines import BOM
+from .metadata import Look, looks
+from .search import line_blocks
+from .txn import Root
+
+log = logging.getLogger("jsonl_sessions")
+
+#: The index file's name in the store's root (starts with a dot and does not end in
+#: ``.jsonl``: never a session).
+INDEX_NAME = ".search-index.sqlite3"
+#: ``PRAGMA application_id`` of an index file ("JSIX") and its ``user_version``.
+APPLICATION_ID = 0x4A534958
+VERSION = 1
+#: Bytes before the indexed end kept in the mark, to tell an appended file from a new one.
+TAIL_BYTES = 64
+
+_SCHEMA = (
+    """CREATE TABLE sessions (
+        id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, dev INTEGER NOT NULL, ino INTEGER NOT NULL,
+        seq INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, end_byte INTEGER NOT NULL, lines INTEGER NOT NULL,
+        tail BLOB NOT NULL)""",
+    "CREATE TABLE lines (id INTEGER PRIMARY KEY, session INTEGER NOT NULL, position INTEGER NOT NULL, line BLOB)",
+    "CREATE INDEX lines_by_session ON lines (session)",
+    f"CREATE VIRTUAL TABLE texts USING fts5(folded, {fts.TABLE_OPTIONS})",
+)
+
+
+def path_of(root: str) -> str:
+    return os.path.join(root, INDEX_NAME)
+
+
+def exists(root: str) -> bool:
+    """Whether the store at ``root`` has an index file."""
+    return os.path.isfile(path_of(root))
+
+
+@dataclass
+class Status:
+    """What :func:`status` and :func:`build` report."""
+
+    path: str
+    exists: bool
+    sessions: int = 0
+    lines: int = 0
+    bytes: int = 0
+    #: Sessions whose mark was behind their transcript (before a build: still to index).
+    stale: int = 0
+
+
+def _remove(path: str) -> None:
+    for name in (path, path + "-wal", path + "-shm", path + "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+
+
+def _connect(path: str, create: bool) -> sqlite3.Connection | None:
+    """The index at ``path`` (created when ``create``); None when there is none. A file
+    that is not an index of this version is deleted first (and made anew when ``create``)."""
+    for _attempt in range(2):
+        if not create and not os.path.isfile(path):
+            return None
+        if create:  # made by us with the store's file mode (SQLite's would follow the umask)
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600))
+        conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            app = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if app == APPLICATION_ID and version == VERSION:
+                return conn
+            if app == 0 and version == 0:
+                conn.execute("BEGIN IMMEDIATE")
+                if conn.execute("PRAGMA user_version").fetchone()[0] == 0:  # not made meanwhile
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                    conn.execute(f"PRAGMA user_version = {VERSION}")
+                conn.execute("COMMIT")
+                return conn
+            log.warning("%s is not a search index of this version: made anew", path)
+        except sqlite3.DatabaseError as exc:
+            log.warning("the search index %s cannot be read (%s): made anew", path, exc)
+        conn.close()
+        _remove(path)
+    return None
+
+
+@contextlib.contextmanager
+def _opened(root: str, create: bool) -> Iterator[sqlite3.Connection | None]:
+    conn = _connect(path_of(root), create)
+    try:
+        yield conn
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+# -- keeping it current ------------------------------------------------------------------
+def _current(mark: tuple[int, ...] | None, st: os.stat_result, size: int, head: Head) -> bool:
+    return mark is not None and mark[1:6] == (st.st_dev, st.st_ino, head.seq, st.st_mtime_ns, size)
+
+
+def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> int | None:
+    """Bring one session up to its committed end; its id in the index (None: it vanished).
+    One transaction, begun again when the read must be retried (the file changed in place
+    during it)."""
+
+    def read(fd: int, size: int, st: os.stat_result, head: Head) -> int:
+        if conn.in_transaction:  # an earlier attempt of this read: start over
+            conn.execute("ROLLBACK")
+        conn.execute("BEGIN IMMEDIATE")
+        mark = conn.execute("SELECT id, dev, ino, seq, mtime_ns, end_byte, lines, tail FROM sessions WHERE key = ?",
+                            (files.key,)).fetchone()
+        if _current(mark, st, size, head):
+            return int(mark[0])
+        start = number = 0
+        if mark is not None:
+            sid = int(mark[0])
+            end, lines, tail = mark[5], mark[6], mark[7]
+            if (mark[1:4] == (st.st_dev, st.st_ino, head.seq) and end <= size
+                    and _platform.pread(fd, len(tail), end - len(tail)) == tail):
+                start, number = end, lines  # it grew: index the new lines
+            else:
+                conn.execute("DELETE FROM texts WHERE rowid IN (SELECT id FROM lines WHERE session = ?)", (sid,))
+                conn.execute("DELETE FROM lines WHERE session = ?", (sid,))
+        else:
+            sid = int(conn.execute("INSERT INTO sessions (key, dev, ino, seq, mtime_ns, end_byte, lines, tail) "
+                                   "VALUES (?, 0, 0, 0, 0, 0, 0, x'')", (files.key,)).lastrowid or 0)
+        end = start
+        for at, block, stop in line_blocks(fd, size, first=start):
+            pos = len(BOM) if at == 0 and block.startswith(BOM) else 0
+            rows = []
+            while pos < stop:
+                nl = block.index(b"\n", pos)
+                line = block[pos:nl]
+                folded = fts.folded_text(line)
+                if folded is not None:
+                    rows.append((sid, number, line, folded))
+                number += 1
+                pos = nl + 1
+            end = at + stop
+            for row in rows:
+                rowid = conn.execute("INSERT INTO lines (session, position, line) VALUES (?, ?, ?)", row[:3]).lastrowid
+                conn.execute("INSERT INTO texts (rowid, folded) VALUES (?, ?)", (rowid, row[3]))
+        tail = _platform.pread(fd, min(TAIL_BYTES, end), end - min(TAIL_BYTES, end)) if end else b""
+        conn.execute("UPDATE sessions SET dev = ?, ino = ?, seq = ?, mtime_ns = ?, end_byte = ?, lines = ?, tail = ? "
+                     "WHERE id = ?", (st.st_dev, st.st_ino, head.seq, st.st_mtime_ns, end, number, tail, sid))
+        return sid
+
+    try:
+        sid = with_transcript_state(root, files, read)
+        if conn.in_transaction:
+            # None: the file vanished after an attempt that read it, whose work must not stand
+            conn.execute("COMMIT" if sid is not None else "ROLLBACK")
+        return sid
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _sync(conn: sqlite3.Connection, root: Root, sessions: list[tuple[SessionFiles, Look]],
+          present: set[str]) -> dict[int, str]:
+    """Bring ``sessions`` up to date and drop the indexed sessions not in ``present`` (the
+    keys of every existing session); ``{id: key}`` of those indexed."""
+    marks = {key: tuple(rest) for key, *rest in conn.execute(
+        "SELECT key, id, dev, ino, seq, mtime_ns, end_byte FROM sessions")}
+    gone = [marks[key][0] for key in marks if key not in present]
+    if gone:
+        conn.execute("BEGIN IMMEDIATE")
+        for sid in gone:
+            conn.execute("DELETE FROM texts WHERE rowid IN (SELECT id FROM lines WHERE session = ?)", (sid,))
+            conn.execute("DELETE FROM lines WHERE session = ?", (sid,))
+            conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+        conn.execute("COMMIT")
+    out: dict[int, str] = {}
+    for files, look in sessions:
+        st = look.transcript
+        mark = marks.get(files.key)
+        # Unchanged by its look (inode, time, size) needs one read of the counter to be sure.
+        if mark is not None and mark[1:3] == (st.st_dev, st.st_ino) and mark[4:6] == (st.st_mtime_ns, st.st_size):
+            try:
+                if read_head(files.lock, key=files.key).seq == mark[3]:
+                    out[mark[0]] = files.key
+                    continue
+            except OSError:
+                pass
+        try:
+            sid = _sync_session(conn, root, files)
+        except OSError as exc:  # unreadable: not indexed now, searched by nobody (as a scan skips it)
+            log.warning("cannot index session %r: %s", files.key, exc)
+            continue
+        if sid is not None:
+            out[sid] = files.key
+    return out
+
+
+# -- the operations ------------------------------------------------------------------------
+def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bool:
+    """Answer ``search`` from the index, brought up to date first; False (nothing offered)
+    when there is no index or no term of three characters (the caller scans)."""
+    expr = fts.match_expression(search.terms)
+    if expr is None or not exists(root.path):
+        return False
+    for attempt in range(2):
+        try:
+            with _opened(root.path, create=False) as conn:
+                if conn is None:
+                    return False
+                everything = list(looks(root))
+                wanted = [(f, lk) for f, lk in everything if search.wants_session(f.key, lk.meta)]
+                ids = _sync(conn, root, wanted, {f.key for f, _lk in everything})
+                part = collector.fork()
+                for sid, position, line in conn.execute(
+                        "SELECT l.session, l.position, l.line FROM texts JOIN lines l ON l.id = texts.rowid "
+                        "WHERE texts MATCH ?", (expr,)):
+                    key = ids.get(sid)
+                    if key is not None:
+                        part.offer(key, position, line)
+            collector.merge(part)
+            return True
+        except sqlite3.DatabaseError as exc:
+            if attempt:
+                log.warning("the search index of %s failed again (%s): searching without it", root.path, exc)
+                return False
+            log.warning("the search index of %s is damaged (%s): built again", root.path, exc)
+            _remove(path_of(root.path))
+            build(root)
+    return False
+
+
+def build(root: Root) -> Status:
+    """Create the index when missing (or unreadable) and bring every session up to date."""
+    with _opened(root.path, create=True) as conn:
+        assert conn is not None
+        everything = list(looks(root))
+        _sync(conn, root, everything, {f.key for f, _lk in everything})
+    return status(root)
+
+
+def status(root: Root) -> Status:
+    """How many sessions and lines the index holds, its size, and how many sessions it is
+    behind (each looked at as a search would: O(sessions))."""
+    path = path_of(root.path)
+    if not os.path.isfile(path):
+        return Status(path, False)
+    with _opened(root.path, create=False) as conn:
+        if conn is None:
+            return Status(path, False)
+        marks = {key: (dev, ino, mtime, end) for key, dev, ino, mtime, end in conn.execute(
+            "SELECT key, dev, ino, mtime_ns, end_byte FROM sessions")}
+        lines = conn.execute("SELECT count(*) FROM lines").fetchone()[0]
+    stale = 0
+    keys = set()
+    for files, look in looks(root):
+        keys.add(files.key)
+        st = look.transcript
+        if marks.get(files.key) != (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size):
+            stale += 1
+    stale += len(set(marks) - keys)
+    size = sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+    return Status(path, True, len(marks), lines, size, stale)
+
+
+def drop(root: Root) -> bool:
+    """Delete the index (a search scans again); whether there was one."""
+    had = os.path.exists(path_of(root.path))
+    _remove(path_of(root.path))
+    return had
+
+
+__all__ = ["APPLICATION_ID", "INDEX_NAME", "VERSION", "Status", "build", "drop", "exists", "find_messages",
+           "path_of", "status"]
