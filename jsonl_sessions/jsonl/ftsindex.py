@@ -250,9 +250,9 @@ def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bo
         return False
     for attempt in range(2):
         try:
-            with _opened(root.path, create=False) as conn:
-                if conn is None:
-                    return False
+            # it exists (checked above): one that cannot be read is made anew and filled here
+            with _opened(root.path, create=True) as conn:
+                assert conn is not None
                 everything = list(looks(root))
                 wanted = [(f, lk) for f, lk in everything if search.wants_session(f.key, lk.meta)]
                 ids = _sync(conn, root, wanted, {f.key for f, _lk in everything})
