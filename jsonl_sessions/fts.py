@@ -53,6 +53,18 @@ def folded_text(line: bytes) -> str | None:
     return text.casefold().replace("\x00", " ") if text else None
 
 
+def indexed(line: bytes) -> tuple[int | None, str] | None:
+    """``(created_at, folded text)`` of a line for an index: :func:`folded_text` with the
+    message's time; None when there is nothing to index."""
+    record = records.decode_or_none(line)
+    if record is None:
+        return None
+    text = matcher.searchable(record.get("content"))
+    if not text:
+        return None
+    return record.get("created_at"), text.casefold().replace("\x00", " ")
+
+
 def _trigrams(term: str) -> list[str]:
     grams = list(dict.fromkeys(g for g in (term[i : i + 3] for i in range(len(term) - 2)) if "\x00" not in g))
     if len(grams) > MAX_TRIGRAMS:
@@ -72,4 +84,4 @@ def match_expression(terms: Iterable[str]) -> str | None:
     return " AND ".join('"' + g.replace('"', '""') + '"' for g in dict.fromkeys(grams))
 
 
-__all__ = ["MAX_TRIGRAMS", "TABLE_OPTIONS", "folded_text", "has_fts5", "match_expression"]
+__all__ = ["MAX_TRIGRAMS", "TABLE_OPTIONS", "folded_text", "has_fts5", "indexed", "match_expression"]

@@ -35,16 +35,18 @@ import contextlib
 import logging
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .. import _platform, fts
 from ..finding import Collector, MessageSearch
+from ..rows import created_column
 from .control import with_transcript_state
 from .controlfile import Head, read_head
-from .layout import SessionFiles
+from .layout import SessionFiles, scan
 from .lines import BOM
-from .metadata import Look, looks
+from .metadata import looks
 from .search import line_blocks
 from .txn import Root
 
@@ -55,7 +57,7 @@ log = logging.getLogger("jsonl_sessions")
 INDEX_NAME = ".search-index.sqlite3"
 #: ``PRAGMA application_id`` of an index file ("JSIX") and its ``user_version``.
 APPLICATION_ID = 0x4A534958
-VERSION = 1
+VERSION = 2
 #: Bytes before the indexed end kept in the mark, to tell an appended file from a new one.
 TAIL_BYTES = 64
 
@@ -64,7 +66,8 @@ _SCHEMA = (
         id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, dev INTEGER NOT NULL, ino INTEGER NOT NULL,
         seq INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, end_byte INTEGER NOT NULL, lines INTEGER NOT NULL,
         tail BLOB NOT NULL)""",
-    "CREATE TABLE lines (id INTEGER PRIMARY KEY, session INTEGER NOT NULL, position INTEGER NOT NULL, line BLOB)",
+    ("CREATE TABLE lines (id INTEGER PRIMARY KEY, session INTEGER NOT NULL, position INTEGER NOT NULL, "
+     "created_at INTEGER, line BLOB NOT NULL)"),
     "CREATE INDEX lines_by_session ON lines (session)",
     f"CREATE VIRTUAL TABLE texts USING fts5(folded, {fts.TABLE_OPTIONS})",
 )
@@ -141,6 +144,38 @@ def _opened(root: str, create: bool) -> Iterator[sqlite3.Connection | None]:
             conn.close()
 
 
+# -- row ids in time order ----------------------------------------------------------------
+#: A row id is ``created_at << _K_BITS | k`` (k: a free slot of that millisecond), so that
+#: FTS5 returns candidates newest first by reading its row ids backwards. Times from 0 to
+#: ``_TOP`` ms (the year 2248) are exact; later ones share the top (ties keep the search
+#: going), and a message without a time or before 1970 gets a negative id (read last,
+#: never a reason to stop).
+_K_BITS = 20
+_TOP = (1 << 42) - 1
+_NEGATIVE = -1  # the key of the negative ids in _row_ids' cache
+
+
+def _row_ids(conn: sqlite3.Connection, times: list[int | None]) -> list[int]:
+    """A free row id for a line created at each of ``times`` (one look-up per millisecond)."""
+    out: list[int] = []
+    last: dict[int, int] = {}  # base of a millisecond (or _NEGATIVE) -> the last id taken in it
+    for created in times:
+        if created is None or created < 0:
+            if _NEGATIVE not in last:
+                row = conn.execute("SELECT min(id) FROM lines WHERE id < 0").fetchone()
+                last[_NEGATIVE] = row[0] if row[0] is not None else 0
+            rowid = last[_NEGATIVE] = last[_NEGATIVE] - 1  # downwards from -1
+        else:
+            base = min(created, _TOP) << _K_BITS
+            if base not in last:
+                row = conn.execute("SELECT max(id) FROM lines WHERE id BETWEEN ? AND ?",
+                                   (base, base | ((1 << _K_BITS) - 1))).fetchone()
+                last[base] = row[0] if row[0] is not None else base - 1
+            rowid = last[base] = last[base] + 1
+        out.append(rowid)
+    return out
+
+
 # -- keeping it current ------------------------------------------------------------------
 def _current(mark: tuple[int, ...] | None, st: os.stat_result, size: int, head: Head) -> bool:
     return mark is not None and mark[1:6] == (st.st_dev, st.st_ino, head.seq, st.st_mtime_ns, size)
@@ -175,19 +210,23 @@ def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> 
         end = start
         for at, block, stop in line_blocks(fd, size, first=start):
             pos = len(BOM) if at == 0 and block.startswith(BOM) else 0
-            rows = []
+            rows: list[tuple[int, int, int | None, bytes]] = []
+            texts: list[str] = []
             while pos < stop:
                 nl = block.index(b"\n", pos)
                 line = block[pos:nl]
-                folded = fts.folded_text(line)
-                if folded is not None:
-                    rows.append((sid, number, line, folded))
+                found = fts.indexed(line)
+                if found is not None:
+                    rows.append((sid, number, created_column(found[0]), line))
+                    texts.append(found[1])
                 number += 1
                 pos = nl + 1
             end = at + stop
-            for row in rows:
-                rowid = conn.execute("INSERT INTO lines (session, position, line) VALUES (?, ?, ?)", row[:3]).lastrowid
-                conn.execute("INSERT INTO texts (rowid, folded) VALUES (?, ?)", (rowid, row[3]))
+            if rows:
+                ids = _row_ids(conn, [row[2] for row in rows])
+                conn.executemany("INSERT INTO lines (id, session, position, created_at, line) VALUES (?, ?, ?, ?, ?)",
+                                 [(rowid, *row) for rowid, row in zip(ids, rows)])
+                conn.executemany("INSERT INTO texts (rowid, folded) VALUES (?, ?)", zip(ids, texts))
         tail = _platform.pread(fd, min(TAIL_BYTES, end), end - min(TAIL_BYTES, end)) if end else b""
         conn.execute("UPDATE sessions SET dev = ?, ino = ?, seq = ?, mtime_ns = ?, end_byte = ?, lines = ?, tail = ? "
                      "WHERE id = ?", (st.st_dev, st.st_ino, head.seq, st.st_mtime_ns, end, number, tail, sid))
@@ -205,7 +244,30 @@ def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> 
         raise
 
 
-def _sync(conn: sqlite3.Connection, root: Root, sessions: list[tuple[SessionFiles, Look]],
+def _sessions(root: Root, search: MessageSearch | None) -> tuple[list[tuple[SessionFiles, os.stat_result]], set[str]]:
+    """The sessions ``search`` looks at (None: all), each with its transcript's ``lstat``, and
+    the keys of every session. The sidecars are read only when a filter needs them."""
+    if search is not None and (search.agent_alias is not None or search.name is not None):
+        everything = list(looks(root))
+        return ([(f, lk.transcript) for f, lk in everything if search.wants_session(f.key, lk.meta)],
+                {f.key for f, _lk in everything})
+    entries, _controls = scan(root.path)
+    prefix = os.path.join(root.path, "")
+    chosen = []
+    for key, stem in entries:
+        if search is not None and search.keys is not None and key not in search.keys:
+            continue
+        files = SessionFiles.in_dir(prefix, root.path, key, stem)
+        try:
+            st = _platform.lstat(files.transcript)
+        except OSError:  # gone meanwhile, or unreadable: as a listing, skipped
+            continue
+        if stat.S_ISREG(st.st_mode):
+            chosen.append((files, st))
+    return chosen, {key for key, _stem in entries}
+
+
+def _sync(conn: sqlite3.Connection, root: Root, sessions: list[tuple[SessionFiles, os.stat_result]],
           present: set[str]) -> dict[int, str]:
     """Bring ``sessions`` up to date and drop the indexed sessions not in ``present`` (the
     keys of every existing session); ``{id: key}`` of those indexed."""
@@ -220,8 +282,7 @@ def _sync(conn: sqlite3.Connection, root: Root, sessions: list[tuple[SessionFile
             conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
         conn.execute("COMMIT")
     out: dict[int, str] = {}
-    for files, look in sessions:
-        st = look.transcript
+    for files, st in sessions:
         mark = marks.get(files.key)
         # Unchanged by its look (inode, time, size) needs one read of the counter to be sure.
         if mark is not None and mark[1:3] == (st.st_dev, st.st_ino) and mark[4:6] == (st.st_mtime_ns, st.st_size):
@@ -253,13 +314,24 @@ def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bo
             # it exists (checked above): one that cannot be read is made anew and filled here
             with _opened(root.path, create=True) as conn:
                 assert conn is not None
-                everything = list(looks(root))
-                wanted = [(f, lk) for f, lk in everything if search.wants_session(f.key, lk.meta)]
-                ids = _sync(conn, root, wanted, {f.key for f, _lk in everything})
+                wanted, present = _sessions(root, search)
+                ids = _sync(conn, root, wanted, present)
                 part = collector.fork()
-                for sid, position, line in conn.execute(
-                        "SELECT l.session, l.position, l.line FROM texts JOIN lines l ON l.id = texts.rowid "
-                        "WHERE texts MATCH ?", (expr,)):
+                # Row ids follow created_at (see _row_ids): FTS5 streams the candidates newest
+                # first without sorting them, and the confirmation stops once no later one can
+                # make the page. The folded text rules out a trigram match that holds no term
+                # before its line is decoded (NUL is a space there, so in the terms for this test).
+                terms = [t.replace("\x00", " ") for t in search.terms]
+                fetch = conn.cursor()
+                for (rowid,) in conn.execute("SELECT rowid FROM texts WHERE texts MATCH ? ORDER BY rowid DESC",
+                                             (expr,)):
+                    if rowid >= 0 and part.past(rowid >> _K_BITS, _TOP):
+                        break
+                    folded = fetch.execute("SELECT folded FROM texts WHERE rowid = ?", (rowid,)).fetchone()[0]
+                    if not all(t in folded for t in terms):
+                        continue
+                    sid, position, line = fetch.execute("SELECT session, position, line FROM lines WHERE id = ?",
+                                                        (rowid,)).fetchone()
                     key = ids.get(sid)
                     if key is not None:
                         part.offer(key, position, line)
@@ -279,8 +351,7 @@ def build(root: Root) -> Status:
     """Create the index when missing (or unreadable) and bring every session up to date."""
     with _opened(root.path, create=True) as conn:
         assert conn is not None
-        everything = list(looks(root))
-        _sync(conn, root, everything, {f.key for f, _lk in everything})
+        _sync(conn, root, *_sessions(root, None))
     return status(root)
 
 

@@ -240,12 +240,12 @@ def test_every_backend_answers_as_the_model(pg: Any, data: dict[str, Any],
 
 # -- with the full-text index: the same answers as the scan, through every kind of change -------
 op = st.one_of(
-    st.tuples(st.just("append"), st.sampled_from(["a", "b", "c"]), contents, st.integers(0, 4)),
+    st.tuples(st.just("append"), st.sampled_from(["a", "b", "c"]), contents, st.sampled_from([0, 1, 2, 3, 4, -5, 2**50])),
     st.tuples(st.just("update_last"), st.sampled_from(["a", "b"]), contents, st.integers(0, 4)),
     st.tuples(st.just("remove_last"), st.sampled_from(["a", "b"])),
     st.tuples(st.just("rewrite"), st.sampled_from(["a", "c"]), st.lists(contents, max_size=3)),
     st.tuples(st.just("delete"), st.sampled_from(["b", "c"])),
-    st.tuples(st.just("search"), queries, filters),
+    st.tuples(st.just("search"), queries, filters, st.integers(1, 3)),
 )
 
 
@@ -271,11 +271,11 @@ def test_the_index_answers_as_the_scan(pg: Any, ops: list[tuple[Any, ...]]) -> N
                 assert built.exists, built
             model.append("a", {"role": "user", "content": "Straße", "created_at": 0, "id": "m"})
             for kind, *args in ops:
-                if kind == "search":
-                    text, f = args
-                    want = model.search_messages(text, limit=500, **f)
+                if kind == "search":  # page by page: a small page makes the index stop early
+                    text, f, limit = args
+                    want = _walk(model, text, f, limit)
                     for name, store in zip(names, stores):
-                        assert store.search_messages(text, limit=500, **f) == want, name
+                        assert _walk(store, text, f, limit) == want, name
                     continue
                 if kind == "append":
                     call: tuple[Any, ...] = ("append", args[0], message(args[1], args[2]))
