@@ -36,6 +36,7 @@ import logging
 import os
 import sqlite3
 import stat
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -134,14 +135,46 @@ def _connect(path: str, create: bool) -> sqlite3.Connection | None:
     return None
 
 
+#: This thread's open index connections, by path, with the file's identity when opened: a
+#: search reuses one (no open, no schema check, no WAL checkpoint at close) while the file
+#: it opened is still the one at the path.
+_KEPT = threading.local()
+
+
 @contextlib.contextmanager
 def _opened(root: str, create: bool) -> Iterator[sqlite3.Connection | None]:
-    conn = _connect(path_of(root), create)
+    path = path_of(root)
+    kept: dict[str, tuple[sqlite3.Connection, int, int, int]] = _KEPT.__dict__.setdefault("conns", {})
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    found = kept.pop(path, None)
+    if found is not None:
+        if st is not None and found[1:] == (st.st_dev, st.st_ino, os.getpid()):
+            conn: sqlite3.Connection | None = found[0]
+        else:  # dropped, replaced, or inherited across a fork: not this file's connection
+            if found[3] == os.getpid():
+                found[0].close()
+            conn = None
+        if conn is not None:
+            try:
+                yield conn
+            except BaseException:
+                conn.close()
+                raise
+            kept[path] = found
+            return
+    conn = _connect(path, create)
     try:
         yield conn
-    finally:
+    except BaseException:
         if conn is not None:
             conn.close()
+        raise
+    if conn is not None:
+        st = os.stat(path)
+        kept[path] = (conn, st.st_dev, st.st_ino, os.getpid())
 
 
 # -- row ids in time order ----------------------------------------------------------------
@@ -323,11 +356,10 @@ def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bo
                 # before its line is decoded (NUL is a space there, so in the terms for this test).
                 terms = [t.replace("\x00", " ") for t in search.terms]
                 fetch = conn.cursor()
-                for (rowid,) in conn.execute("SELECT rowid FROM texts WHERE texts MATCH ? ORDER BY rowid DESC",
-                                             (expr,)):
+                for rowid, folded in conn.execute(
+                        "SELECT rowid, folded FROM texts WHERE texts MATCH ? ORDER BY rowid DESC", (expr,)):
                     if rowid >= 0 and part.past(rowid >> _K_BITS, _TOP):
                         break
-                    folded = fetch.execute("SELECT folded FROM texts WHERE rowid = ?", (rowid,)).fetchone()[0]
                     if not all(t in folded for t in terms):
                         continue
                     sid, position, line = fetch.execute("SELECT session, position, line FROM lines WHERE id = ?",
