@@ -137,24 +137,26 @@ def _connect(path: str, create: bool) -> sqlite3.Connection | None:
 
 #: This thread's open index connections, by path, with the file's identity when opened: a
 #: search reuses one (no open, no schema check, no WAL checkpoint at close) while the file
-#: it opened is still the one at the path.
+#: at the path is the one it opened, unchanged (device, inode, modification time, size: in
+#: WAL mode SQLite writes the file itself only at a checkpoint, so any other change, such
+#: as damage, makes the next search open it again and check it).
 _KEPT = threading.local()
 
 
 @contextlib.contextmanager
 def _opened(root: str, create: bool) -> Iterator[sqlite3.Connection | None]:
     path = path_of(root)
-    kept: dict[str, tuple[sqlite3.Connection, int, int, int]] = _KEPT.__dict__.setdefault("conns", {})
+    kept: dict[str, tuple[sqlite3.Connection, tuple[int, ...]]] = _KEPT.__dict__.setdefault("conns", {})
     try:
         st = os.stat(path)
     except FileNotFoundError:
         st = None
     found = kept.pop(path, None)
     if found is not None:
-        if st is not None and found[1:] == (st.st_dev, st.st_ino, os.getpid()):
+        if st is not None and found[1] == _identity(st):
             conn: sqlite3.Connection | None = found[0]
-        else:  # dropped, replaced, or inherited across a fork: not this file's connection
-            if found[3] == os.getpid():
+        else:  # dropped, replaced, changed, or inherited across a fork: open it again
+            if found[1][-1] == os.getpid():
                 found[0].close()
             conn = None
         if conn is not None:
@@ -163,7 +165,7 @@ def _opened(root: str, create: bool) -> Iterator[sqlite3.Connection | None]:
             except BaseException:
                 conn.close()
                 raise
-            kept[path] = found
+            kept[path] = (conn, _identity(os.stat(path)))
             return
     conn = _connect(path, create)
     try:
@@ -173,8 +175,20 @@ def _opened(root: str, create: bool) -> Iterator[sqlite3.Connection | None]:
             conn.close()
         raise
     if conn is not None:
-        st = os.stat(path)
-        kept[path] = (conn, st.st_dev, st.st_ino, os.getpid())
+        kept[path] = (conn, _identity(os.stat(path)))
+
+
+def close_connections() -> None:
+    """Close the index connections this thread keeps (the next search opens them again)."""
+    kept: dict[str, tuple[sqlite3.Connection, tuple[int, ...]]] = _KEPT.__dict__.setdefault("conns", {})
+    while kept:
+        conn, identity = kept.popitem()[1]
+        if identity[-1] == os.getpid():
+            conn.close()
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, os.getpid()
 
 
 # -- row ids in time order ----------------------------------------------------------------
@@ -418,5 +432,5 @@ def drop(root: Root) -> bool:
     return had
 
 
-__all__ = ["APPLICATION_ID", "INDEX_NAME", "VERSION", "Status", "build", "drop", "exists", "find_messages",
-           "path_of", "status"]
+__all__ = ["APPLICATION_ID", "INDEX_NAME", "VERSION", "Status", "build", "close_connections", "drop", "exists",
+           "find_messages", "path_of", "status"]

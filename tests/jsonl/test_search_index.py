@@ -121,6 +121,7 @@ def test_a_damaged_or_foreign_index_file_is_made_anew(store: SessionStore, caplo
     build_index(store)
     path = ftsindex.path_of(store.root)
     for damage in (b"not a database at all" * 100, None):
+        ftsindex.close_connections()  # damaged while no one had it open
         if damage is None:  # a valid SQLite file of another application
             os.unlink(path)
             conn = sqlite3.connect(path)
