@@ -65,7 +65,8 @@ class MetadataMethods(SqliteCore):
 
     # -- search ---------------------------------------------------------------------------
     def _search(self, needle: str, limit: int | None, alias: str | None) -> list[SessionMetadata]:
-        # A scan, not FTS5: SQLite's full-text case folding is not str.casefold, so it would
+        # A scan, not FTS5 (search_messages may use its index, on text folded by Python):
+        # SQLite's full-text case folding is not str.casefold, so it would
         # match differently from the other backends. A pure-ASCII row that cannot hold the
         # keyword is ruled out without decoding; the scan stops once limit sessions matched.
         ascii_needle = needle.encode("ascii") if needle.isascii() else None

@@ -896,6 +896,7 @@ SUBPROCESS_CASES: dict[str, tuple[list[str], int, str]] = {
     "import": (["import", "piped", "-"], 0, "imported 2 messages into new session 'piped'"),
     "rm": (["rm", "demo/chat"], 0, "removed session 'demo/chat'"),
     "stats": (["stats", "--json"], 0, '"messages": 3'),
+    "index": (["index", "build"], 0, "messages indexed: 3"),
 }
 
 
@@ -943,6 +944,7 @@ JSON_CASES: dict[str, list[str]] = {
     "import": ["import", "imported", "{input}"],
     "rm": ["rm", "demo/chat"],
     "stats": ["stats"],
+    "index": ["index", "status"],
     "migrate": ["migrate", "{root}", "{tmp}/copy.db"],
     "demo": ["demo", "--root", "{tmp}/tour"],
 }
@@ -1001,3 +1003,28 @@ def _write(tmp_path: pathlib.Path) -> pathlib.Path:
     path = tmp_path / "one.json"
     path.write_text('[{"role": "user", "content": "hi"}]', encoding="utf-8")
     return path
+
+
+def test_index_build_status_and_drop(any_store: tuple[pathlib.Path, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    where, store = any_store
+    store.append_many("k", [{"role": "user", "content": f"deploy number {i}"} for i in range(5)])
+
+    def run(*argv: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = main(["--root", str(where), "index", *argv])
+        return code, capsys.readouterr().out
+
+    code, out = run("status")
+    assert code == 0 and "no index" in out
+    code, out = run("build", "--json")
+    status = orjson.loads(out)
+    assert code == 0 and status["exists"] and status["entries"] == 5 and status["seconds"] >= 0
+    capsys.readouterr()
+    assert main(["--root", str(where), "search", "NUMBER 3", "--json"]) == 0
+    assert [orjson.loads(line)["text"] for line in capsys.readouterr().out.splitlines()] == ["deploy number 3"]
+    code, out = run("status")
+    assert code == 0 and "messages indexed: 5" in out
+    code, out = run("drop")
+    assert code == 0 and out.strip() == "index dropped"
+    code, out = run("drop")
+    assert code == 0 and out.strip() == "no index to drop"
