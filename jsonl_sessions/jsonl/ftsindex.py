@@ -37,10 +37,11 @@ import os
 import sqlite3
 import stat
 import threading
-from collections.abc import Iterator
+import unicodedata
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from .. import _platform, fts
+from .. import _platform, fts, records
 from ..finding import Collector, MessageSearch
 from ..rows import created_column
 from .control import with_transcript_state
@@ -58,7 +59,7 @@ log = logging.getLogger("jsonl_sessions")
 INDEX_NAME = ".search-index.sqlite3"
 #: ``PRAGMA application_id`` of an index file ("JSIX") and its ``user_version``.
 APPLICATION_ID = 0x4A534958
-VERSION = 2
+VERSION = 4
 #: Bytes before the indexed end kept in the mark, to tell an appended file from a new one.
 TAIL_BYTES = 64
 
@@ -70,7 +71,8 @@ _SCHEMA = (
     ("CREATE TABLE lines (id INTEGER PRIMARY KEY, session INTEGER NOT NULL, position INTEGER NOT NULL, "
      "created_at INTEGER, line BLOB NOT NULL)"),
     "CREATE INDEX lines_by_session ON lines (session)",
-    f"CREATE VIRTUAL TABLE texts USING fts5(folded, {fts.TABLE_OPTIONS})",
+    f"CREATE VIRTUAL TABLE texts USING fts5(folded, {fts.TABLE_OPTIONS}, content='')",
+    "CREATE TABLE meta (unicode TEXT NOT NULL)",
 )
 
 
@@ -117,12 +119,17 @@ def _connect(path: str, create: bool) -> sqlite3.Connection | None:
             app = conn.execute("PRAGMA application_id").fetchone()[0]
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if app == APPLICATION_ID and version == VERSION:
-                return conn
+                if conn.execute("SELECT unicode FROM meta").fetchone() == (unicodedata.unidata_version,):
+                    return conn
+                # the texts were folded by another Unicode version: their trigrams could not be
+                # deleted exactly (a contentless FTS5 table deletes by the text it was given)
+                raise sqlite3.DatabaseError(f"folded by Unicode {unicodedata.unidata_version}")
             if app == 0 and version == 0:
                 conn.execute("BEGIN IMMEDIATE")
                 if conn.execute("PRAGMA user_version").fetchone()[0] == 0:  # not made meanwhile
                     for statement in _SCHEMA:
                         conn.execute(statement)
+                    conn.execute("INSERT INTO meta VALUES (?)", (unicodedata.unidata_version,))
                     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     conn.execute(f"PRAGMA user_version = {VERSION}")
                 conn.execute("COMMIT")
@@ -192,33 +199,49 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
 
 
 # -- row ids in time order ----------------------------------------------------------------
-#: A row id is ``created_at << _K_BITS | k`` (k: a free slot of that millisecond), so that
-#: FTS5 returns candidates newest first by reading its row ids backwards. Times from 0 to
-#: ``_TOP`` ms (the year 2248) are exact; later ones share the top (ties keep the search
-#: going), and a message without a time or before 1970 gets a negative id (read last,
-#: never a reason to stop).
-_K_BITS = 20
-_TOP = (1 << 42) - 1
+#: A row id is ``second << _K_BITS | k`` (``second``: ``created_at // 1000``; k: a free
+#: slot of that second, or the next free id above when its slots are taken), so that FTS5
+#: returns candidates newest first by reading its row ids backwards, and ids stay dense
+#: (FTS5 stores the gaps between them). A row's id never claims an earlier time than its
+#: own: :func:`_latest` of an id is at or after the ``created_at`` of its row, so stopping
+#: at the first id whose time cannot make the page is safe. Times from 0 to ``_TOP``
+#: seconds (the year 2500) are exact; later ones share the top (ties keep the search
+#: going); a message without a time or before 1970 gets a negative id (read last, never
+#: a reason to stop).
+_K_BITS = 8
+_TOP = (1 << 35) - 1
 _NEGATIVE = -1  # the key of the negative ids in _row_ids' cache
 
 
+def _latest(rowid: int) -> int:
+    """The latest ``created_at`` (ms) a row with this (non-negative) id can have."""
+    return ((rowid >> _K_BITS) + 1) * 1000 - 1
+
+
 def _row_ids(conn: sqlite3.Connection, times: list[int | None]) -> list[int]:
-    """A free row id for a line created at each of ``times`` (one look-up per millisecond)."""
+    """A free row id for a line created at each of ``times``."""
     out: list[int] = []
-    last: dict[int, int] = {}  # base of a millisecond (or _NEGATIVE) -> the last id taken in it
+    used: set[int] = set()
+    last: dict[int, int] = {}  # base of a second (or _NEGATIVE) -> the last id taken from it
     for created in times:
         if created is None or created < 0:
             if _NEGATIVE not in last:
                 row = conn.execute("SELECT min(id) FROM lines WHERE id < 0").fetchone()
                 last[_NEGATIVE] = row[0] if row[0] is not None else 0
             rowid = last[_NEGATIVE] = last[_NEGATIVE] - 1  # downwards from -1
-        else:
-            base = min(created, _TOP) << _K_BITS
-            if base not in last:
-                row = conn.execute("SELECT max(id) FROM lines WHERE id BETWEEN ? AND ?",
-                                   (base, base | ((1 << _K_BITS) - 1))).fetchone()
-                last[base] = row[0] if row[0] is not None else base - 1
-            rowid = last[base] = last[base] + 1
+            out.append(rowid)
+            continue
+        base = min(created // 1000, _TOP) << _K_BITS
+        if base not in last:
+            row = conn.execute("SELECT max(id) FROM lines WHERE id BETWEEN ? AND ?",
+                               (base, base | ((1 << _K_BITS) - 1))).fetchone()
+            last[base] = row[0] if row[0] is not None else base - 1
+        rowid = last[base] + 1
+        while rowid in used or (rowid > base | ((1 << _K_BITS) - 1)
+                                and conn.execute("SELECT 1 FROM lines WHERE id = ?", (rowid,)).fetchone()):
+            rowid += 1  # past its second's slots: the next free id (a later second's: never earlier)
+        last[base] = rowid
+        used.add(rowid)
         out.append(rowid)
     return out
 
@@ -249,8 +272,7 @@ def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> 
                     and _platform.pread(fd, len(tail), end - len(tail)) == tail):
                 start, number = end, lines  # it grew: index the new lines
             else:
-                conn.execute("DELETE FROM texts WHERE rowid IN (SELECT id FROM lines WHERE session = ?)", (sid,))
-                conn.execute("DELETE FROM lines WHERE session = ?", (sid,))
+                _forget(conn, sid)
         else:
             sid = int(conn.execute("INSERT INTO sessions (key, dev, ino, seq, mtime_ns, end_byte, lines, tail) "
                                    "VALUES (?, 0, 0, 0, 0, 0, 0, x'')", (files.key,)).lastrowid or 0)
@@ -291,6 +313,16 @@ def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> 
         raise
 
 
+def _forget(conn: sqlite3.Connection, sid: int) -> None:
+    """Remove a session's lines and their texts (in the caller's transaction). The table
+    keeps no copy of a text: each is deleted by giving it again (the same folding of the
+    same line, guaranteed by the Unicode version the file records)."""
+    rows = conn.execute("SELECT id, line FROM lines WHERE session = ?", (sid,)).fetchall()
+    conn.executemany("INSERT INTO texts (texts, rowid, folded) VALUES ('delete', ?, ?)",
+                     [(rowid, fts.folded_text(line)) for rowid, line in rows])
+    conn.execute("DELETE FROM lines WHERE session = ?", (sid,))
+
+
 def _sessions(root: Root, search: MessageSearch | None) -> tuple[list[tuple[SessionFiles, os.stat_result]], set[str]]:
     """The sessions ``search`` looks at (None: all), each with its transcript's ``lstat``, and
     the keys of every session. The sidecars are read only when a filter needs them."""
@@ -324,8 +356,7 @@ def _sync(conn: sqlite3.Connection, root: Root, sessions: list[tuple[SessionFile
     if gone:
         conn.execute("BEGIN IMMEDIATE")
         for sid in gone:
-            conn.execute("DELETE FROM texts WHERE rowid IN (SELECT id FROM lines WHERE session = ?)", (sid,))
-            conn.execute("DELETE FROM lines WHERE session = ?", (sid,))
+            _forget(conn, sid)
             conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
         conn.execute("COMMIT")
     out: dict[int, str] = {}
@@ -349,6 +380,17 @@ def _sync(conn: sqlite3.Connection, root: Root, sessions: list[tuple[SessionFile
     return out
 
 
+def _byte_test(terms: tuple[str, ...]) -> Callable[[bytes], bool]:
+    """False only for a line that cannot hold every term, by byte searches
+    (:meth:`jsonl_sessions.records.Prefilter.may_hold` of each term)."""
+    tests = [records.Prefilter(t).may_hold for t in terms if t]
+
+    def may_hold(line: bytes) -> bool:
+        return all(test(line) for test in tests)
+
+    return may_hold
+
+
 # -- the operations ------------------------------------------------------------------------
 def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bool:
     """Answer ``search`` from the index, brought up to date first; False (nothing offered)
@@ -366,20 +408,18 @@ def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bo
                 part = collector.fork()
                 # Row ids follow created_at (see _row_ids): FTS5 streams the candidates newest
                 # first without sorting them, and the confirmation stops once no later one can
-                # make the page. The folded text rules out a trigram match that holds no term
-                # before its line is decoded (NUL is a space there, so in the terms for this test).
-                terms = [t.replace("\x00", " ") for t in search.terms]
+                # make the page. A byte test of the line rules out most trigram matches that
+                # hold no term before the line is decoded.
+                may_hold = _byte_test(search.terms)
                 fetch = conn.cursor()
-                for rowid, folded in conn.execute(
-                        "SELECT rowid, folded FROM texts WHERE texts MATCH ? ORDER BY rowid DESC", (expr,)):
-                    if rowid >= 0 and part.past(rowid >> _K_BITS, _TOP):
+                for (rowid,) in conn.execute("SELECT rowid FROM texts WHERE texts MATCH ? ORDER BY rowid DESC",
+                                             (expr,)):
+                    if rowid >= 0 and part.past(_latest(rowid), _latest(_TOP << _K_BITS)):
                         break
-                    if not all(t in folded for t in terms):
-                        continue
                     sid, position, line = fetch.execute("SELECT session, position, line FROM lines WHERE id = ?",
                                                         (rowid,)).fetchone()
                     key = ids.get(sid)
-                    if key is not None:
+                    if key is not None and may_hold(line):
                         part.offer(key, position, line)
             collector.merge(part)
             return True
