@@ -105,27 +105,28 @@ class Corpus:
                 else [{"type": "text", "text": text}]}
 
 
-def make_store(path: str, corpus: Corpus, megabytes: int, progress: Callable[[str], None]) -> None:
+def make_store(path: str, corpus: Corpus, megabytes: float, progress: Callable[[str], None],
+               per_session: int = MESSAGES_PER_SESSION) -> None:
     """Write a store of about ``megabytes`` MB at ``path`` (kept; ``.complete`` marks it done)."""
     marker = os.path.join(path, ".complete")
-    want = f"{GENERATOR} {megabytes}"
+    want = f"{GENERATOR} {megabytes} {per_session}"
     if os.path.exists(marker):
         with open(marker, encoding="utf-8") as f:
             if f.read() == want:
                 return
     shutil.rmtree(path, ignore_errors=True)
     store = SessionStore(path, durability="flush")
-    rng = random.Random(megabytes)
+    rng = random.Random(int(megabytes * 1000))
     total = i = 0
     planted = 0
     progress(f"writing a {megabytes} MB {'mixed' if corpus.mixed else 'ascii'} store at {path}")
     base_ms = 1_700_000_000_000
-    while total < megabytes * 1_000_000:
+    while total < megabytes * 1_000_000 or planted < PLANTED:
         key = f"chat-{i:05d}"
-        msgs = [corpus.message(rng) for _ in range(MESSAGES_PER_SESSION)]
+        msgs = [corpus.message(rng) for _ in range(per_session)]
         for j, m in enumerate(msgs):
             m["created_at"] = base_ms + i * 10_000_000 + j * 1000
-        if planted < PLANTED and i % 7 == 3:
+        if planted < PLANTED and (i % 7 == 3 or total >= megabytes * 1_000_000):
             msgs[rng.randrange(len(msgs))]["content"] = f"who was the {NEEDLE.upper()} in that talk?"
             planted += 1
         store.rewrite_messages(key, msgs)
@@ -201,7 +202,8 @@ def fmt(ns: float) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.search", description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--size", type=int, default=1000, metavar="MB", help="size of each store (default 1000)")
+    p.add_argument("--size", type=float, default=1000, metavar="MB", help="size of each store (default 1000)")
+    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # the test suite's smoke run
     p.add_argument("--cache", metavar="DIR", default=os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jsonl-sessions-bench"),
         help="where the generated stores are kept between runs")
@@ -225,9 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     goals: list[tuple[str, float, str, bool]] = []
     figures: dict[str, Any] = {}
     corpora = {"ascii": Corpus(mixed=False), "mixed": Corpus(mixed=True)}
-    paths = {name: os.path.join(args.cache, f"search-{name}-{args.size}mb") for name in corpora}
+    per_session = 100 if args.tiny else MESSAGES_PER_SESSION
+    paths = {name: os.path.join(args.cache, f"search-{name}-{args.size:g}mb") for name in corpora}
     for name, corpus in corpora.items():
-        make_store(paths[name], corpus, args.size, progress)
+        make_store(paths[name], corpus, args.size, progress, per_session)
     sizes = {name: sum(os.path.getsize(f) for f in transcripts(p)) for name, p in paths.items()}
     for name, path in paths.items():
         ftsindex.drop(SessionStore(path)._root)  # the scan: no index
@@ -274,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = [f"jsonl_sessions search benchmarks ({time.monotonic() - started:.0f} s)"]
     out += [f"  {k:<12} {v}" for k, v in header]
     out += [f"  {'stores':<12} {sizes['ascii'] / 1e6:.0f} MB ascii, {sizes['mixed'] / 1e6:.0f} MB mixed "
-            f"({MESSAGES_PER_SESSION} messages a session) in {args.cache}", ""]
+            f"({per_session} messages a session) in {args.cache}", ""]
     titles = {"ascii": "scan, pure-ASCII store", "mixed": "scan, mixed store (ANSI escapes, ß, accents, CJK, emoji)",
               "index": f"full-text index of the mixed store ({status.bytes / 1e6:.0f} MB, "
                        f"{status.entries:,} messages; median hits a query {statistics.median(hits):.0f})"}

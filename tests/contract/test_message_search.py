@@ -209,7 +209,7 @@ def pg(request: pytest.FixtureRequest) -> Any:
 
 
 @given(data=sessions, searches=st.lists(st.tuples(queries, filters, st.integers(1, 4)), min_size=1, max_size=4))
-@settings(max_examples=sized(25, 250))
+@settings(max_examples=sized(20, 250))
 def test_every_backend_answers_as_the_model(pg: Any, data: dict[str, Any],
                                             searches: list[tuple[str, dict[str, Any], int]]) -> None:
     for key, (msgs, _name, _alias) in list(data.items()):
@@ -250,7 +250,7 @@ op = st.one_of(
 
 
 @given(ops=st.lists(op, min_size=1, max_size=14))
-@settings(max_examples=sized(20, 200))
+@settings(max_examples=sized(15, 200))
 def test_the_index_answers_as_the_scan(pg: Any, ops: list[tuple[Any, ...]]) -> None:
     from jsonl_sessions.searchindex import build_index
     from jsonl_sessions.testing.memory import MemorySessionStore

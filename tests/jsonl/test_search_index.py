@@ -168,9 +168,9 @@ print("done", flush=True)
 def test_a_build_killed_midway_leaves_a_usable_index(tmp_path: pathlib.Path) -> None:
     store = SessionStore(tmp_path / "store", durability="flush")
     rng = random.Random(int(os.environ.get("JSONL_SESSIONS_SEED", "7")))
-    for i in range(60):
+    for i in range(40):
         store.append_many(f"s{i}", [{"role": "user", "content": f"{rng.choice(TEXTS)} number {i} {j} Straße"}
-                                    for j in range(150)])
+                                    for j in range(120)])
     path = ftsindex.path_of(store.root)
     killed = 0
     for trial in range(3):
@@ -195,7 +195,7 @@ def test_a_build_killed_midway_leaves_a_usable_index(tmp_path: pathlib.Path) -> 
         store.append(f"s{trial}", {"role": "user", "content": f"after kill {trial}"})
     assert killed >= 2, "the builds finished before they were killed: make the store bigger"
     status = build_index(store)
-    assert status.exists and status.stale_sessions == 0 and status.entries == 60 * 150 + 3
+    assert status.exists and status.stale_sessions == 0 and status.entries == 40 * 120 + 3
     _same(store, "after kill", "strasse")
 
 
