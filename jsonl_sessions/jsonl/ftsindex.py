@@ -59,7 +59,7 @@ log = logging.getLogger("jsonl_sessions")
 INDEX_NAME = ".search-index.sqlite3"
 #: ``PRAGMA application_id`` of an index file ("JSIX") and its ``user_version``.
 APPLICATION_ID = 0x4A534958
-VERSION = 4
+VERSION = 5
 #: Bytes before the indexed end kept in the mark, to tell an appended file from a new one.
 TAIL_BYTES = 64
 
