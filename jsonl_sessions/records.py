@@ -104,8 +104,7 @@ class Prefilter:
             for lead, search in self.leads:
                 if block.find(lead, start, end) != -1:
                     _lines_with(search, block, start, end, starts)
-        if block.find(b"\\u", start, end) != -1:
-            _lines_with(_TEXT_ESCAPE, block, start, end, starts)
+        _lines_with(_TEXT_ESCAPE, block, start, end, starts)  # one regex pass (faster than bytes.find here)
         return sorted(starts)
 
     def may_hold(self, line: bytes) -> bool:
