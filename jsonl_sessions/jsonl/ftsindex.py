@@ -37,6 +37,7 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -59,7 +60,11 @@ log = logging.getLogger("jsonl_sessions")
 INDEX_NAME = ".search-index.sqlite3"
 #: ``PRAGMA application_id`` of an index file ("JSIX") and its ``user_version``.
 APPLICATION_ID = 0x4A534958
-VERSION = 5
+VERSION = 6
+#: A transcript whose modification time is this much older than its mark is trusted by
+#: its look alone (file-system timestamps are coarse: a change within one tick of the
+#: mark keeps the time, so a younger one has its counter read).
+RACY_NS = 2_000_000_000
 #: Bytes before the indexed end kept in the mark, to tell an appended file from a new one.
 TAIL_BYTES = 64
 
@@ -67,7 +72,7 @@ _SCHEMA = (
     """CREATE TABLE sessions (
         id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, dev INTEGER NOT NULL, ino INTEGER NOT NULL,
         seq INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, end_byte INTEGER NOT NULL, lines INTEGER NOT NULL,
-        tail BLOB NOT NULL)""",
+        tail BLOB NOT NULL, marked_ns INTEGER NOT NULL DEFAULT 0)""",
     ("CREATE TABLE lines (id INTEGER PRIMARY KEY, session INTEGER NOT NULL, position INTEGER NOT NULL, "
      "created_at INTEGER, line BLOB NOT NULL)"),
     "CREATE INDEX lines_by_session ON lines (session)",
@@ -257,6 +262,7 @@ def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> 
     during it)."""
 
     def read(fd: int, size: int, st: os.stat_result, head: Head) -> int:
+        marked = time.time_ns()  # before this read: a change after it has a later time
         if conn.in_transaction:  # an earlier attempt of this read: start over
             conn.execute("ROLLBACK")
         conn.execute("BEGIN IMMEDIATE")
@@ -297,8 +303,9 @@ def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> 
                                  [(rowid, *row) for rowid, row in zip(ids, rows)])
                 conn.executemany("INSERT INTO texts (rowid, folded) VALUES (?, ?)", zip(ids, texts))
         tail = _platform.pread(fd, min(TAIL_BYTES, end), end - min(TAIL_BYTES, end)) if end else b""
-        conn.execute("UPDATE sessions SET dev = ?, ino = ?, seq = ?, mtime_ns = ?, end_byte = ?, lines = ?, tail = ? "
-                     "WHERE id = ?", (st.st_dev, st.st_ino, head.seq, st.st_mtime_ns, end, number, tail, sid))
+        conn.execute("UPDATE sessions SET dev = ?, ino = ?, seq = ?, mtime_ns = ?, end_byte = ?, lines = ?, tail = ?, "
+                     "marked_ns = ? WHERE id = ?",
+                     (st.st_dev, st.st_ino, head.seq, st.st_mtime_ns, end, number, tail, marked, sid))
         return sid
 
     try:
@@ -351,7 +358,7 @@ def _sync(conn: sqlite3.Connection, root: Root, sessions: list[tuple[SessionFile
     """Bring ``sessions`` up to date and drop the indexed sessions not in ``present`` (the
     keys of every existing session); ``{id: key}`` of those indexed."""
     marks = {key: tuple(rest) for key, *rest in conn.execute(
-        "SELECT key, id, dev, ino, seq, mtime_ns, end_byte FROM sessions")}
+        "SELECT key, id, dev, ino, seq, mtime_ns, end_byte, marked_ns FROM sessions")}
     gone = [marks[key][0] for key in marks if key not in present]
     if gone:
         conn.execute("BEGIN IMMEDIATE")
@@ -362,8 +369,14 @@ def _sync(conn: sqlite3.Connection, root: Root, sessions: list[tuple[SessionFile
     out: dict[int, str] = {}
     for files, st in sessions:
         mark = marks.get(files.key)
-        # Unchanged by its look (inode, time, size) needs one read of the counter to be sure.
+        # Unchanged by its look (inode, time, size): current when its time is well before the
+        # mark was taken (a later change would carry a later time: as git trusts a file whose
+        # time is older than its index), else one read of the counter makes sure (a change
+        # of the same size in the same clock tick moves the counter, not the time).
         if mark is not None and mark[1:3] == (st.st_dev, st.st_ino) and mark[4:6] == (st.st_mtime_ns, st.st_size):
+            if st.st_mtime_ns < mark[6] - RACY_NS:
+                out[mark[0]] = files.key
+                continue
             try:
                 if read_head(files.lock, key=files.key).seq == mark[3]:
                     out[mark[0]] = files.key
