@@ -54,13 +54,21 @@ NEEDLE = "xylophonist"
 PLANTED = 3
 MESSAGES_PER_SESSION = 1500
 
-_BASE = ("the of and to in is that for it as with was on be by this are or from at an not file function return "
-         "value error test agent tool call result read write path line session message user assistant system "
-         "context token model python json stream buffer lock commit rollback append load replace import class "
-         "def self None True False list dict str int print open close retry timeout request response status "
-         "README main src build deploy config server client cache index query table column row update delete "
-         "insert select where join order group limit offset parse format render template route handler").split()
-_SYLLABLES = "ka lo mi ne ru ta vo xi ze pa do fe gi hu ja ko lu ma no pi qu re si tu va we ya zo".split()
+_BASE = [
+    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "this",
+    "are", "or", "from", "at", "an", "not", "file", "function", "return", "value", "error", "test", "agent",
+    "tool", "call", "result", "read", "write", "path", "line", "session", "message", "user", "assistant",
+    "system", "context", "token", "model", "python", "json", "stream", "buffer", "lock", "commit", "rollback",
+    "append", "load", "replace", "import", "class", "def", "self", "None", "True", "False", "list", "dict",
+    "str", "int", "print", "open", "close", "retry", "timeout", "request", "response", "status", "README",
+    "main", "src", "build", "deploy", "config", "server", "client", "cache", "index", "query", "table",
+    "column", "row", "update", "delete", "insert", "select", "where", "join", "order", "group", "limit",
+    "offset", "parse", "format", "render", "template", "route", "handler",
+]
+_SYLLABLES = [
+    "ka", "lo", "mi", "ne", "ru", "ta", "vo", "xi", "ze", "pa", "do", "fe", "gi", "hu", "ja", "ko", "lu",
+    "ma", "no", "pi", "qu", "re", "si", "tu", "va", "we", "ya", "zo",
+]
 _ANSI = ["\x1b[32m", "\x1b[31m", "\x1b[1m", "\x1b[33m", "\x1b[36m", "\x1b[0m"]
 _INTL = ["Straße", "Grüße", "naïve", "café", "über", "déjà vu", "日本語のテキスト", "数据库", "テスト", "данные",
          "🙂", "🚀", "✓", "Ελληνικά", "façade", "smörgåsbord"]
@@ -258,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         store.search_messages(q)
     samples, hits = [], []
     for q in queries:
-        ns, page = timed(lambda: store.search_messages(q, limit=50))
+        ns, page = timed(lambda q=q: store.search_messages(q, limit=50))  # type: ignore[misc]
         samples.append(ns)
         hits.append(len(page.hits))  # type: ignore[attr-defined]
     med, p95 = summary(samples)
@@ -276,8 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     header = header_lines(env, "search", timing="perf_counter_ns per call; scan and grep take turns; warm page cache")
     out = [f"jsonl_sessions search benchmarks ({time.monotonic() - started:.0f} s)"]
     out += [f"  {k:<12} {v}" for k, v in header]
-    out += [f"  {'stores':<12} {sizes['ascii'] / 1e6:.0f} MB ascii, {sizes['mixed'] / 1e6:.0f} MB mixed "
-            f"({per_session} messages a session) in {args.cache}", ""]
+    out += [(f"  {'stores':<12} {sizes['ascii'] / 1e6:.0f} MB ascii, {sizes['mixed'] / 1e6:.0f} MB mixed "
+             f"({per_session} messages a session) in {args.cache}"), ""]
     titles = {"ascii": "scan, pure-ASCII store", "mixed": "scan, mixed store (ANSI escapes, ß, accents, CJK, emoji)",
               "index": f"full-text index of the mixed store ({status.bytes / 1e6:.0f} MB, "
                        f"{status.entries:,} messages; median hits a query {statistics.median(hits):.0f})"}

@@ -368,7 +368,7 @@ def test_search_filters_pages_and_opens_a_hit_in_context(root: pathlib.Path, sto
     assert [h["id"] for h in hits] == ids[:5:-1]
     cursor = err.split("--cursor ")[1].split()[0]
     code, hits, err = search("deploy", "--key", "k", "--limit", "4", "--cursor", cursor)
-    assert [h["id"] for h in hits] == ids[5:1:-1]
+    assert code == 0 and [h["id"] for h in hits] == ids[5:1:-1]
     capsys.readouterr()
     assert main(["--root", str(root), "show", "k", "--around", ids[4], "-C", "2", "--jsonl"]) == 0
     shown = [orjson.loads(line)["id"] for line in capsys.readouterr().out.splitlines()]
