@@ -436,13 +436,20 @@ def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bo
                         part.offer(key, position, line)
             collector.merge(part)
             return True
+        except OSError as exc:  # the file cannot be opened or written (permissions): scan
+            log.warning("cannot use the search index of %s (%s): searching without it", root.path, exc)
+            return False
         except sqlite3.DatabaseError as exc:
-            if attempt:
-                log.warning("the search index of %s failed again (%s): searching without it", root.path, exc)
+            if attempt or (isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc)):
+                log.warning("the search index of %s failed (%s): searching without it", root.path, exc)
                 return False
             log.warning("the search index of %s is damaged (%s): built again", root.path, exc)
-            _remove(path_of(root.path))
-            build(root)
+            try:
+                _remove(path_of(root.path))
+                build(root)
+            except (OSError, sqlite3.DatabaseError) as again:
+                log.warning("cannot build the search index of %s again (%s): searching without it", root.path, again)
+                return False
     return False
 
 

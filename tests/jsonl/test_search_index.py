@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import os
 import pathlib
+import pwd
+import shutil
 import random
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -217,3 +220,42 @@ def test_pages_through_ties_and_times_the_row_ids_cannot_order(tmp_path: pathlib
             if cursor is None:
                 break
         assert [h for p in pages for h in p.hits] == _scan(store, "deploy").hits  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork and file modes")
+def test_an_index_this_process_cannot_write_is_left_alone_and_the_scan_answers() -> None:
+    # a forked child that may read the store but not write its index (as nobody when root)
+    parent = tempfile.mkdtemp()
+    os.chmod(parent, 0o755)  # the child must reach the store
+    try:
+        store = SessionStore(os.path.join(parent, "store"), durability="flush")
+        store.append_many("a", [{"role": "user", "content": t} for t in TEXTS * 2])
+        build_index(store)
+        store.append("a", {"role": "user", "content": "new Straße"})  # the index must be brought up to date
+        ftsindex.close_connections()
+        path = ftsindex.path_of(store.root)
+        nobody = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
+        if nobody is not None:
+            for dirpath, _dirs, files in os.walk(store.root):
+                for name in [dirpath, *(os.path.join(dirpath, f) for f in files)]:
+                    os.chown(name, nobody.pw_uid, nobody.pw_gid)
+            os.chown(path, 0, 0)
+        os.chmod(path, 0o444)
+        pid = os.fork()
+        if pid == 0:  # the child: no pytest machinery from here on
+            code = 1
+            try:
+                if nobody is not None:
+                    os.setgroups([])
+                    os.setgid(nobody.pw_gid)
+                    os.setuid(nobody.pw_uid)
+                hits = SessionStore(store.root, durability="flush").search_messages("strasse", limit=100).hits
+                code = 0 if len(hits) == 3 else 2
+            except BaseException as exc:  # noqa: BLE001 - reported by the exit status
+                sys.stderr.write(f"child failed: {exc!r}\n")
+            finally:
+                os._exit(code)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert os.path.exists(path)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
