@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import pathlib
 import pwd
-import shutil
 import random
+import shutil
 import signal
 import sqlite3
 import subprocess
