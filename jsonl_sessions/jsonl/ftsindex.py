@@ -23,10 +23,18 @@ transaction, so a process killed in the middle of an update leaves every session
 old or its new mark, both consistent: the next search goes on from there. A file that is
 not such an index (another version, damage) is deleted and built again.
 
-Each line is stored once in the index (the candidate a search confirms comes from there),
-with its casefolded text in the FTS5 table; lines that are not messages or have no text
-are not. Cost of a search: one look at each session (as a listing), the new lines of
-changed sessions, then the FTS5 query and the candidates it returns.
+Each line is stored once in the index (the candidate a search confirms comes from there);
+the FTS5 table is contentless (it keeps the trigrams of each line's casefolded text, not
+the text: a text is deleted by folding the same line again, which the Unicode version the
+file records guarantees; another version makes the file anew). Lines that are not
+messages or have no text are not indexed. Row ids follow ``created_at`` (:func:`_row_ids`),
+so FTS5 gives candidates newest first and a search stops once its page is full. A file
+this process cannot open or write is left alone, and the search scans.
+
+Cost of a search: an ``lstat`` of each session it looks at (the control file is read only
+for a transcript changed within :data:`RACY_NS` of its mark; sidecars only when the search
+filters by alias or name), the new lines of changed sessions, then the FTS5 query and the
+candidates it returns, newest first, until the page is full.
 """
 
 from __future__ import annotations
