@@ -185,6 +185,22 @@ class Collector:
         """The order a new hit must be before to be kept; None while any hit would be."""
         return self._bound
 
+    def past(self, created_at: int | None, clamp: int = 2**63 - 1) -> bool:
+        """Whether no message created at ``created_at`` (or later in the order: older, or
+        without a time) can be kept any more: for a backend that offers its candidates in
+        order of ``created_at`` descending (missing last) and may stop then. ``clamp``:
+        the largest value the backend's ``created_at`` column holds (larger ones are stored
+        as it; the comparison is made on clamped values, so a tie never stops)."""
+        bound = self._bound
+        if bound is None:
+            return False
+        missing = created_at is None
+        if bound[0] != missing:
+            return missing  # a message with a time is before every one without
+        if created_at is None:
+            return False
+        return min(created_at, clamp) < min(-bound[1], clamp)
+
     def offer(self, key: str, position: int, line: bytes) -> None:
         """Consider the transcript line ``line`` (without its newline) at ``position`` of
         session ``key``. A line that does not parse is not a message: skipped."""
@@ -213,7 +229,9 @@ class Collector:
         kept = self._kept
         kept.append(item)
         want = self._search.limit + 1
-        if len(kept) >= 2 * want:
+        if len(kept) == want and self._bound is None:  # a first bound (loose until the next trim)
+            self._bound = max(k[0] for k in kept)
+        elif len(kept) >= 2 * want:
             kept.sort(key=lambda k: k[0])
             del kept[want:]
             self._bound = kept[-1][0]

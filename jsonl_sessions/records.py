@@ -104,9 +104,22 @@ class Prefilter:
             for lead, search in self.leads:
                 if block.find(lead, start, end) != -1:
                     _lines_with(search, block, start, end, starts)
-        if block.find(b"\\u", start, end) != -1:
-            _lines_with(_TEXT_ESCAPE, block, start, end, starts)
+        _lines_with(_TEXT_ESCAPE, block, start, end, starts)  # one regex pass (faster than bytes.find here)
         return sorted(starts)
+
+    def may_hold(self, line: bytes) -> bool:
+        """Whether one line (without its newline) may mention the needle: :meth:`line_starts`
+        for a block of that one line, without building the block. O(len(line))."""
+        if self.ascii is None:
+            return not line.isascii() or _TEXT_ESCAPE(line) is not None
+        find = self._find
+        if find is None or find(line.lower()) is not None:
+            return True
+        if not line.isascii():
+            for lead, search in self.leads:
+                if lead in line and search(line) is not None:
+                    return True
+        return b"\\u" in line and _TEXT_ESCAPE(line) is not None
 
     def candidates(self, block: bytes, end: int | None = None) -> list[bytes] | None:
         """The lines of ``block[:end]`` (see :meth:`line_starts`) that may mention the

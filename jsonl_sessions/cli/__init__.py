@@ -3,11 +3,12 @@
 This module is the entry point (:func:`main`) and the argument parser (:data:`TABLE`
 lists every command: help, arguments, handler; :func:`build_parser` builds the parser
 from it); the handlers are in :mod:`.reading` (ls, show, search, tail), :mod:`.transfer`
-(export, import), :mod:`.upkeep` (rm, prune, stats, gc, repair), :mod:`.verify`, :mod:`.migrate`,
+(export, import), :mod:`.upkeep` (rm, prune, stats, gc, repair), :mod:`.verify`, :mod:`.index`, :mod:`.migrate`,
 :mod:`.demo` and :mod:`.serve`, what they print in :mod:`.output`; :mod:`.stores` opens the store.
 
 Commands (:data:`jsonl_sessions.cli.COMMANDS`): ``ls``, ``show``, ``tail``, ``search``, ``verify``,
-``repair``, ``gc``, ``export``, ``import``, ``rm``, ``prune``, ``stats``, ``migrate``, ``demo``, ``serve``. The store directory is
+``repair``, ``gc``, ``export``, ``import``, ``rm``, ``prune``, ``stats``, ``index``, ``migrate``, ``demo``, ``serve``.
+The store directory is
 ``--root``, else ``$JSONL_SESSIONS_ROOT``, else the per-user data directory
 (:func:`default_root`). Commands that only read never create it.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -35,6 +37,7 @@ from ..base import DEFAULT_LOCK_TIMEOUT
 from ..errors import InvalidSessionKeyError, LockTimeoutError, SessionStoreError
 from ..location import ENV_ROOT, default_root, resolve_root
 from .demo import cmd_demo
+from .index import cmd_index
 from .migrate import cmd_migrate
 from .output import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, PROG, CliError, UsageError, err
 from .reading import SORTS, cmd_ls, cmd_search, cmd_show, cmd_tail
@@ -244,6 +247,10 @@ def _show(p: argparse.ArgumentParser) -> None:
     cursor = p.add_mutually_exclusive_group()
     cursor.add_argument("--before", metavar="ID", help="only messages older than this message id (a page cursor)")
     cursor.add_argument("--after", metavar="ID", help="only messages newer than this message id")
+    cursor.add_argument("--around", metavar="ID",
+                        help="this message with --context messages before and after it (open a search hit)")
+    p.add_argument("-C", "--context", type=_count, default=5, metavar="N",
+                   help="with --around: how many messages either side (default 5)")
     _rendering(p)
 
 
@@ -256,16 +263,38 @@ def _tail(p: argparse.ArgumentParser) -> None:
     _rendering(p)
 
 
+def _millis(text: str) -> int:
+    """A time for --since / --until: milliseconds since the epoch, or an ISO 8601 date or
+    date and time (local time unless it names its offset)."""
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not milliseconds or an ISO 8601 time: {text!r}") from None
+    return int(moment.timestamp() * 1000)
+
+
 def _search(p: argparse.ArgumentParser) -> None:
-    p.add_argument("keyword", metavar="KEYWORD")
+    p.add_argument("keyword", metavar="KEYWORD", help='words and "quoted phrases"; a message must hold every one')
     p.add_argument("--alias", metavar="AGENT", help="only sessions attributed to this agent alias")
-    p.add_argument("--limit", type=_count, default=50, metavar="N", help="at most N sessions (default 50; 0: all)")
+    p.add_argument("--limit", type=_count, default=50, metavar="N",
+                   help="at most N hits, then the --cursor of the next page (default 50; 0: all); with -l: "
+                        "at most N sessions")
+    p.add_argument("--role", action="append", metavar="ROLE", help="only messages of this role (repeatable)")
+    p.add_argument("--key", action="append", metavar="KEY", help="only this session (repeatable)")
+    p.add_argument("--name", metavar="TEXT", help="only sessions whose name contains TEXT (case-insensitive)")
+    p.add_argument("--since", type=_millis, metavar="TIME",
+                   help="only messages created at or after TIME (ms since the epoch, or ISO 8601 like 2026-12-01)")
+    p.add_argument("--until", type=_millis, metavar="TIME", help="only messages created before TIME")
+    p.add_argument("--cursor", metavar="CURSOR", help="the next page of an earlier search (printed after its page)")
     p.add_argument("-l", "--sessions", action="store_true",
                    help="only the matching sessions, as the ls table (like grep -l)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--json", action="store_true",
-                       help="one JSON object a line per match: key, field (message or name), id, role, text, and "
-                            "start/end of the match in text; with -l: a JSON array of session objects")
+                       help="one JSON object a line per hit: key, field (message), id, role, created_at (ms), "
+                            "text (the snippet), start/end of its first match and matches (every [start, end) in "
+                            "text); with -l: a JSON array of session objects")
     group.add_argument("--nl", action="store_true", help="with -l: one session object a line (implies -l)")
 
 
@@ -282,6 +311,13 @@ def _repair(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true",
                    help='the report as JSON: {"key", "changed", "kept", "dropped" (line, offset, reason, corrupt), '
                         '"torn_bytes", "bom", "recovered", "quarantine", "torn_saved"}')
+
+
+def _index(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("build", "status", "drop"),
+                   help="build: create or bring up to date; status: what it holds; drop: delete it")
+    p.add_argument("--rebuild", action="store_true", help="with build: drop the index first and build it anew")
+    p.add_argument("--json", action="store_true", help="the result as one JSON object")
 
 
 def _gc(p: argparse.ArgumentParser) -> None:
@@ -426,11 +462,13 @@ TABLE: dict[str, Command] = {
         _tail, cmd_tail),
     "search": Command(
         "find messages by keyword, like grep",
-        "Every message whose text contains KEYWORD (case-insensitive), one line each: session key, message "
-        "id, role and the text around the match (marked). Sessions newest activity first, messages oldest "
-        "first; a session whose name matches also gets a line for its name. Streams: each session's lines "
-        "are printed as they are found. With -l only the sessions. Exit status 0 when something matched, "
-        "1 when nothing did (like grep).",
+        "Every message whose text holds each word and \"quoted phrase\" of KEYWORD (case-insensitive, with "
+        "Unicode case folding: strasse finds Straße), one line each: session key, message id, role and the "
+        "text around the match (matches marked), newest first, filtered by --role, --key, --alias, --name, "
+        "--since and --until. --limit N hits a page, then the --cursor of the next page on stderr. "
+        "Uses the full-text index when there is one (jsonl-sessions index). With -l only the sessions "
+        "(their name or text holds KEYWORD). Open a hit with show KEY --around ID. Exit status 0 when "
+        "something matched, 1 when nothing did (like grep).",
         _search, cmd_search),
     "verify": Command(
         "check the store's health (fsck); exit 1 on problems",
@@ -497,6 +535,16 @@ TABLE: dict[str, Command] = {
         "quarantine files. Cheap: metadata, file stats and one byte per transcript; corrupt lines need "
         "a full read, which is `verify`.",
         _stats, cmd_stats),
+    "index": Command(
+        "build, check or drop the full-text index of search",
+        "The optional full-text index that makes search instant on large stores: an SQLite FTS5 file "
+        "(.search-index.sqlite3) in a JSONL store's directory, an FTS5 table in a SQLite store. build creates "
+        "it or brings it up to date (--rebuild: from scratch), status prints what it holds and how many "
+        "sessions changed since it saw them, drop deletes it. Searches use it while it exists and bring it "
+        "up to date first; it is derived from the messages, so dropping it loses nothing, and a search "
+        "returns the same hits with or without it. Searches whose terms are all shorter than three "
+        "characters scan. Exit status 1 when the index is unusable (status) or could not be built.",
+        _index, cmd_index),
     "migrate": Command(
         "copy a whole store between a JSONL directory and a SQLite file",
         "Copies every session of SRC into DST: messages as their exact stored lines (byte-identical), all "

@@ -9,8 +9,6 @@ raised (see :mod:`jsonl_sessions.cli.output`).
 from __future__ import annotations
 
 import argparse
-import bisect
-import itertools
 import os
 import sys
 import time
@@ -19,7 +17,6 @@ from typing import Any, Literal
 
 import orjson
 
-from .. import records
 from ..errors import InvalidArgumentError, MessageNotFoundError, SessionNotFoundError, SessionStoreError
 from ..jsonl.control import read_head
 from ..jsonl.layout import FileState, SessionFiles
@@ -27,7 +24,7 @@ from ..jsonl.store import SessionStore
 from ..listing import Sort
 from ..location import resolve_root
 from ..protocol import SessionBackend
-from ..types import ChatMessage, SessionMetadata, SessionQuery
+from ..types import ChatMessage, SearchHit, SessionMetadata, SessionQuery
 from .output import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -95,6 +92,15 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args)
     printer = Printer(args.jsonl, args.width)
+    if args.around is not None:
+        # the message with --context messages either side (a search hit in its conversation)
+        older = store.page(args.key, limit=args.context, before=args.around) if args.context else None
+        target = store.get_message(args.key, args.around)
+        if target is None:
+            raise MessageNotFoundError(key=args.key, message_id=args.around)
+        newer = store.page(args.key, limit=args.context, after=args.around) if args.context else None
+        printer((older.messages if older else []) + [target] + (newer.messages if newer else []))
+        return EXIT_OK
     if args.limit is not None:
         page = store.page(args.key, limit=args.limit, before=args.before, after=args.after)
         printer(page.messages)
@@ -137,68 +143,52 @@ def _messages(store: SessionBackend, key: str, after: str = "", *, missing_ok: b
         return
 
 
-def _find(text: str, needle: str) -> tuple[int, int] | None:
-    """Where casefolded ``needle`` first occurs in ``text`` compared casefolded, as a
-    ``(start, end)`` slice of ``text`` itself (casefolding may change lengths: ``ß`` is
-    ``ss``); None when it does not."""
-    folded = [c.casefold() for c in text]
-    at = "".join(folded).find(needle)
-    if at < 0:
-        return None
-    ends = list(itertools.accumulate(len(f) for f in folded))  # ends[i]: folded length of text[: i + 1]
-    start = bisect.bisect_right(ends, at)
-    end = bisect.bisect_left(ends, at + max(len(needle), 1)) + 1 if needle else start
-    return start, min(end, len(text))
+
+def _marked(hit: SearchHit, mark: tuple[str, str]) -> str:
+    """The hit's snippet on one line, each match between the two halves of ``mark``."""
+    parts, at = [], 0
+    for start, end in hit.matches:
+        parts += [clean(hit.snippet[at:start], one_line=True), mark[0],
+                  clean(hit.snippet[start:end], one_line=True), mark[1]]
+        at = end
+    parts.append(clean(hit.snippet[at:], one_line=True))
+    return "".join(parts)
 
 
-#: Characters of context kept on each side of a match in a ``search`` line.
-CONTEXT = 40
-
-
-def _snippet(text: str, start: int, end: int, mark: tuple[str, str]) -> str:
-    """One line: the match, marked, with up to :data:`CONTEXT` characters either side."""
-    if start == end:  # an empty keyword matches everywhere: nothing to mark
-        mark = ("", "")
-    left = max(0, start - CONTEXT)
-    right = min(len(text), end + CONTEXT)
-    return ("..." if left else "") + clean(text[left:start], one_line=True) + mark[0] + \
-        clean(text[start:end], one_line=True) + mark[1] + clean(text[end:right], one_line=True) + \
-        ("..." if right < len(text) else "")
-
-
-def _hits(store: SessionBackend, md: SessionMetadata, needle: str) -> Iterator[dict[str, Any]]:
-    """The session's matches: its name, then each message whose text contains ``needle``
-    (casefolded, as the store's search compares), as ``search --json`` prints them."""
-    if md.name is not None and (where := _find(md.name, needle)) is not None:
-        yield {"key": md.key, "field": "name", "id": None, "role": None, "text": md.name,
-               "start": where[0], "end": where[1]}
-    for m in _messages(store, md.key):
-        for text in records.texts(m.content):
-            if needle in text.casefold() and (where := _find(text, needle)) is not None:
-                yield {"key": md.key, "field": "message", "id": m.id, "role": m.role, "text": text,
-                       "start": where[0], "end": where[1]}
-                break
+def _hit_json(hit: SearchHit) -> dict[str, Any]:
+    """A hit as ``search --json`` prints it (``text`` is the snippet, ``start``/``end`` its first match)."""
+    first = hit.matches[0] if hit.matches else (0, 0)
+    return {"key": hit.key, "field": "message", "id": hit.message_id, "role": hit.role,
+            "created_at": hit.created_at, "text": hit.snippet, "start": first[0], "end": first[1],
+            "matches": [list(m) for m in hit.matches]}
 
 
 def cmd_search(args: argparse.Namespace) -> int:
     store = open_store(args)
-    found = store.search(SessionQuery(args.keyword, limit=args.limit or None, agent_alias=args.alias))
     if args.sessions or args.nl:
+        found = store.search(SessionQuery(args.keyword, limit=args.limit or None, agent_alias=args.alias))
         sessions_out(args, found, f"no session matches {args.keyword!r}")
         return EXIT_OK if found else EXIT_FAILURE
-    needle = args.keyword.casefold()
     mark = ("\x1b[1;31m", "\x1b[0m") if sys.stdout.isatty() else ("**", "**")
-    count = 0
-    for md in found:
-        for hit in _hits(store, md, needle):
+    count, cursor = 0, args.cursor
+    while True:
+        page = store.search_messages(args.keyword, roles=args.role, keys=args.key, agent_alias=args.alias,
+                                     name=args.name, since=args.since, until=args.until,
+                                     limit=args.limit or PAGE, cursor=cursor)
+        for hit in page.hits:
             count += 1
             if args.json:
-                sys.stdout.write(orjson.dumps(hit, option=orjson.OPT_APPEND_NEWLINE).decode("utf-8"))
+                sys.stdout.write(orjson.dumps(_hit_json(hit), option=orjson.OPT_APPEND_NEWLINE).decode("utf-8"))
             else:
-                where = f"{hit['id'] or '-'}  {hit['role']}" if hit["field"] == "message" else "-  name"
-                out(f"{clean(md.key, one_line=True)}  {clean(where, one_line=True)}  "
-                    f"{_snippet(hit['text'], hit['start'], hit['end'], mark)}")
-        sys.stdout.flush()  # a session's lines as soon as they are found
+                out(f"{clean(hit.key, one_line=True)}  {clean(hit.message_id or '-', one_line=True)}  "
+                    f"{clean(hit.role, one_line=True)}  {_marked(hit, mark)}")
+        sys.stdout.flush()  # each page as soon as it is found
+        cursor = page.cursor
+        if cursor is None:
+            break
+        if args.limit:
+            err(f"older hits remain: add --cursor {cursor} for the next page")
+            break
     if not count:
         err(f"no message matches {args.keyword!r}")
         return EXIT_FAILURE

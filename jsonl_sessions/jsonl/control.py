@@ -462,6 +462,16 @@ def without_control(files: SessionFiles, read: Callable[[int, int], _T]) -> _T |
     return _read_only(files, lambda fd, st: read(fd, st.st_size))
 
 
+def with_transcript_state(root: Root, files: SessionFiles,
+                          read: Callable[[int, int, os.stat_result, Head], _T]) -> _T | None:
+    """``read(fd, size, fstat, head)``: :func:`with_transcript` that also hands ``read`` the
+    transcript's ``fstat`` and the control file's head (its counter, even) as they were for
+    the read, for a reader that remembers which state of the file it read (a derived index's
+    high-water mark). ``read`` may run more than once; the result of the last run stands."""
+    return consistent(root, files, lambda head: _read_only(
+        files, lambda fd, st: read(fd, head.visible_size(st.st_size), st, head)))
+
+
 def _read_only(files: SessionFiles, use: Callable[[int, os.stat_result], _T]) -> _T | None:
     """``use(fd, fstat)`` on the transcript opened read-only (closed after); None when missing."""
     opened = files.open_transcript(os.O_RDONLY)

@@ -49,7 +49,7 @@ from ..types import (
     as_message,
 )
 from ..verification import VerifyReport
-from . import maintenance, metadata, prune, search
+from . import ftsindex, maintenance, metadata, prune, search
 from .guard import REGISTRY, SessionGuard
 from .layout import SessionFiles, list_keys
 from .session import Session
@@ -263,7 +263,8 @@ class SessionStore(BaseStore):
         return search.search(self._root, needle, limit, alias)
 
     def _find_messages(self, found: MessageSearch, collector: Collector) -> None:
-        search.find_messages(self._root, found, collector)
+        if not ftsindex.find_messages(self._root, found, collector):
+            search.find_messages(self._root, found, collector)
 
     def _meta_of(self, key: str) -> dict[str, Any] | None:
         return metadata.meta_of(self._files(key))

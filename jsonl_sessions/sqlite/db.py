@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from .. import _platform
 from ..errors import LockTimeoutError
 from ..types import Durability
+from . import fts
 from .schema import SchemaError, is_current, upgrade
 
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6  # result codes (named in sqlite3 from Python 3.11 on)
@@ -158,6 +159,7 @@ class Database:
         conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None, check_same_thread=False,
                                cached_statements=128)
         conn.execute(f"PRAGMA synchronous={self._synchronous}")
+        fts.register(conn)  # what the triggers of the optional full-text index call
         local.conn, local.pid, local.depth, local.reading = conn, os.getpid(), 0, 0
         local.guard_fd, local.holding = -1, 0
         with self._mutex:

@@ -13,6 +13,7 @@ wall-clock time of the session's last change, kept in its row.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from typing import Any
@@ -20,8 +21,12 @@ from typing import Any
 from .. import records, sidecar
 from ..base import search_order, search_results
 from ..finding import Collector, MessageSearch
+from ..fts import match_expression as fts_query
 from ..types import SessionMetadata
+from . import fts
 from .base import SessionRow, SqliteCore
+
+log = logging.getLogger("jsonl_sessions")
 
 _ALL = "SELECT key, id, meta, message_count, size_bytes, activity_ns FROM sessions"
 
@@ -60,7 +65,8 @@ class MetadataMethods(SqliteCore):
 
     # -- search ---------------------------------------------------------------------------
     def _search(self, needle: str, limit: int | None, alias: str | None) -> list[SessionMetadata]:
-        # A scan, not FTS5: SQLite's full-text case folding is not str.casefold, so it would
+        # A scan, not FTS5 (search_messages may use its index, on text folded by Python):
+        # SQLite's full-text case folding is not str.casefold, so it would
         # match differently from the other backends. A pure-ASCII row that cannot hold the
         # keyword is ruled out without decoding; the scan stops once limit sessions matched.
         ascii_needle = needle.encode("ascii") if needle.isascii() else None
@@ -73,10 +79,26 @@ class MetadataMethods(SqliteCore):
             return search_results(ordered, needle, limit, mentions, lambda item: self._describe(*item))
 
     def _find_messages(self, search: MessageSearch, collector: Collector) -> None:
-        # A scan of the rows of the sessions the filters leave; a row that cannot hold the
-        # longest term is ruled out by a byte test before it is decoded.
+        # With the full-text index (sqlite/fts.py) and a term it can look up: its candidate
+        # rows. Otherwise a scan of the rows of the sessions the filters leave; a row that
+        # cannot hold the longest term is ruled out by a byte test before it is decoded.
         may_hold = search.may_hold
+        expr = fts_query(search.terms)
         with self._db.read() as c:
+            if expr is not None and fts.exists(c):
+                chosen = {s.id: s.key for s, meta in self._all(c) if search.wants_session(s.key, meta)}
+                part = collector.fork()
+                try:
+                    for sid, seq, line in fts.candidates(c, expr):
+                        key = chosen.get(sid)
+                        if key is not None:
+                            part.offer(key, seq, line)
+                except sqlite3.DatabaseError as exc:  # a damaged index: the scan answers
+                    log.warning("the search index of %s failed (%s): scanning; run 'jsonl-sessions index build "
+                                "--rebuild'", self._path, exc)
+                else:
+                    collector.merge(part)
+                    return
             for s, meta in self._all(c):
                 if search.wants_session(s.key, meta):
                     for seq, line in c.execute("SELECT seq, line FROM messages WHERE session = ?", (s.id,)):

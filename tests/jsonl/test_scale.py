@@ -301,6 +301,26 @@ def test_search_decodes_no_line_of_a_block_that_cannot_hold_the_keyword(tmp_path
 
 
 
+def test_ansi_escapes_and_a_folding_character_do_not_make_a_block_decode(tmp_path: pathlib.Path) -> None:
+    # Tool output full of colour codes (stored as \u001b escapes), one ß among 3,000 lines:
+    # only the lines that may hold the keyword are decoded, not every line of their block.
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    texts = [f"\x1b[32mok\x1b[0m test {i} passed" for i in range(3000)]
+    texts[1500] = "Die Straße ist gesperrt"
+    texts[2000] = "the \x1b[1mZebra\x1b[0m crossing"
+    store.append_many("k", [ChatMessage("tool", t) for t in texts])
+
+    found, decoded = _decodes_during(lambda: store.search_messages("zebra"))
+    assert [h.snippet for h in found.hits] == [texts[2000]]  # type: ignore[attr-defined]
+    assert decoded <= 1
+    found, decoded = _decodes_during(lambda: store.search_messages("strasse"))
+    assert [h.snippet for h in found.hits] == [texts[1500]]  # type: ignore[attr-defined]
+    assert decoded <= 1  # the line with ß (it may fold to the keyword's letters)
+    found, decoded = _decodes_during(lambda: store.search(SessionQuery("zebra")))
+    assert [m.key for m in found] == ["k"]  # type: ignore[attr-defined]
+    assert decoded <= 1
+
+
 def test_search_hands_each_read_to_the_prefilter_as_it_was_read(tmp_path: pathlib.Path) -> None:
     store = SessionStore(str(tmp_path / "store"), durability="flush")
     store.append_many("k", [ChatMessage("user", f"line {i} " + "wörds " * (i % 50)) for i in range(9000)])
@@ -356,7 +376,7 @@ def _plain_mentions(lines: list[bytes], needle: str) -> bool:
     return False
 
 
-_ALPHABET = st.sampled_from(["a", "b", "s", "S", "k", "K", "i", "I", "f", "t", "ß", "ẞ", "ſ", "İ", "ı", "K", "ﬁ",
+_ALPHABET = st.sampled_from(["\x1b", "\x00", "a", "b", "s", "S", "k", "K", "i", "I", "f", "t", "ß", "ẞ", "ſ", "İ", "ı", "K", "ﬁ",
                              "ﬆ", "é", "É", "e\u0301", "\"", "\\", "/", "\n", "\t", " ", "ö", "Ö", "日", "\U0001f600",
                              "ŉ", "ǰ", "ẖ", "Σ", "ς", "σ", "\x7f", "\u212b", "å", "x"])
 _TEXT = st.lists(_ALPHABET, max_size=12).map("".join)

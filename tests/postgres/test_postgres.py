@@ -419,3 +419,24 @@ def test_listing_orders_keys_by_code_point_under_any_collation(pg_dsn: str) -> N
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_the_trigram_index_is_built_used_and_dropped(pg_store: Any) -> None:
+    from jsonl_sessions.searchindex import build_index, drop_index, index_status
+
+    pg_store.append_many("k", [{"role": "user", "content": f"line {i} of the Straße {i % 7}"} for i in range(400)])
+    scan = pg_store.search_messages("strasse 3", limit=200)
+    assert not index_status(pg_store).exists
+    built = build_index(pg_store)
+    assert built.exists and built.problem is None and built.bytes > 0
+    assert build_index(pg_store).exists  # again: nothing to do
+    assert pg_store.search_messages("strasse 3", limit=200) == scan
+
+    def plan(c: Any) -> str:
+        c.execute("SET LOCAL enable_seqscan = off")
+        rows = c.execute(f"EXPLAIN SELECT 1 FROM {pg_store._s}.messages WHERE folded LIKE '%strasse%'").fetchall()
+        return "\n".join(r[0] for r in rows)
+
+    assert "messages_folded_trgm" in pg_store._db.read(plan)  # LIKE on the folded text can use it
+    assert drop_index(pg_store) and not index_status(pg_store).exists
+    assert pg_store.search_messages("strasse 3", limit=200) == scan

@@ -169,3 +169,23 @@ def test_a_baseline_revision_is_measured_in_the_same_run(
     assert "[baseline version]" in capsys.readouterr().out
     assert list(work.iterdir()) == []
     assert "jsonl_sessions_baseline" in sys.modules  # imported as a separate package
+
+
+def test_search_benchmark_runs_and_reports_every_goal(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks import search
+
+    results = tmp_path / "search.json"
+    argv = ["--tiny", "--size", "0.2", "--queries", "5", "--rounds", "1", "--cache", str(tmp_path / "cache"),
+            "--json", str(results)]
+    assert search.main(argv) == 0
+    data = json.loads(results.read_text(encoding="utf-8"))
+    assert {r["group"] for r in data["rows"]} == {"ascii", "mixed", "index"}
+    assert {g["need"] for g in data["goals"]} == {"<= 5x", "<= 2x", "<= 50 ms", ">= 50x"}
+    assert data["figures"]["index_bytes"] > 0 and data["figures"]["indexed_messages"] > 0
+    out = capsys.readouterr().out
+    for goal in data["goals"]:
+        assert goal["goal"] in out
+    assert search.main(argv) == 0  # the stores are generated once and reused
+    assert "writing a" not in capsys.readouterr().err

@@ -270,3 +270,32 @@ def test_a_sidebar_page_is_an_index_seek_with_a_limit(sqlite_store: SqliteSessio
         assert "TEMP B-TREE" not in plan, (sql, plan)
     for sql in (selects[1], selects[3]):  # a cursor: the index is searched from its position
         assert "SEARCH" in " ".join(str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql)), sql
+
+
+def test_the_fts5_index_is_kept_by_triggers_used_and_dropped(tmp_path: pathlib.Path) -> None:
+    from jsonl_sessions.searchindex import build_index, drop_index, index_status
+
+    store = SqliteSessionStore(tmp_path / "s.db", durability="flush")
+    store.append_many("k", [{"role": "user", "content": f"line {i} of the Straße"} for i in range(50)])
+    assert not index_status(store).exists
+    built = build_index(store)
+    assert built.exists and built.entries == 50 and built.problem is None
+    store.append("k", {"role": "user", "content": "a new STRASSE line"})  # the triggers index it
+    store.update_last("k", {"role": "user", "content": "an updated strasse line"})
+    store.truncate_messages("k", store.get_messages("k", limit=1, offset=40)[0].id)
+    assert index_status(store).entries == 41
+    hits = store.search_messages("strasse line", limit=100).hits
+    assert len(hits) == 41 and hits[0].snippet.startswith("line 40")
+    raw = sqlite3.connect(tmp_path / "s.db")
+    raw.execute("DELETE FROM message_texts")  # the answer comes from the index (what it holds)
+    raw.commit()
+    raw.close()
+    assert store.search_messages("strasse").hits == []
+    assert build_index(store, rebuild=True).entries == 41
+    assert len(store.search_messages("strasse", limit=100).hits) == 41
+    assert drop_index(store) and not index_status(store).exists
+    assert len(store.search_messages("strasse", limit=100).hits) == 41
+    raw = sqlite3.connect(tmp_path / "s.db")  # without the index, a writer needs no function of ours
+    assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'message_texts%'").fetchone() == (0,)
+    raw.close()
+    store.close()

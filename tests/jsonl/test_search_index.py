@@ -1,0 +1,261 @@
+"""The full-text index of a JSONL store (``.search-index.sqlite3``): kept current from each
+session's high-water mark, rebuilt when damaged, never a session, usable after a SIGKILL in
+the middle of an update, and always answering what the scan answers."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import pwd
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+from sigkill import ENV
+
+from jsonl_sessions import SessionStore
+from jsonl_sessions.jsonl import ftsindex
+from jsonl_sessions.searchindex import build_index, drop_index, index_status
+
+TEXTS = ["Die Straße ist gesperrt", "\x1b[31mERROR\x1b[0m: build failed in 3.2s", "the deploy of café.py worked",
+         "日本語のテキスト deploy", "nothing to see \U0001f642"]
+
+
+def _scan(store: SessionStore, text: str, **kw: object) -> object:
+    """The answer without the index (moved aside for the call)."""
+    path = ftsindex.path_of(store.root)
+    aside = path + ".aside"
+    had = os.path.exists(path)
+    if had:
+        os.rename(path, aside)
+    try:
+        return store.search_messages(text, limit=500, **kw)  # type: ignore[arg-type]
+    finally:
+        if had:
+            os.rename(aside, path)
+
+
+def _same(store: SessionStore, *queries: str) -> None:
+    for q in queries:
+        assert store.search_messages(q, limit=500) == _scan(store, q)
+
+
+def _rows(store: SessionStore) -> list[tuple[int, str, int]]:
+    conn = sqlite3.connect(ftsindex.path_of(store.root))
+    try:
+        return list(conn.execute("SELECT l.id, s.key, l.position FROM lines l JOIN sessions s ON s.id = l.session "
+                                 "ORDER BY l.id"))
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def store(tmp_path: pathlib.Path) -> SessionStore:
+    s = SessionStore(tmp_path / "store", durability="flush")
+    for i, key in enumerate(["a", "b", "c"]):
+        s.append_many(key, [{"role": "user" if j % 2 else "assistant", "content": TEXTS[(i + j) % len(TEXTS)]}
+                            for j in range(6)])
+    return s
+
+
+def test_the_index_answers_as_the_scan_and_is_used_when_it_exists(store: SessionStore) -> None:
+    assert not index_status(store).exists
+    status = build_index(store)
+    assert status.exists and status.entries == 18 and status.stale_sessions == 0
+    assert (os.stat(ftsindex.path_of(store.root)).st_mode & 0o777) == 0o600
+    _same(store, "strasse", "DEPLOY", '"build failed"', "error", "日本語", "py", "")
+    assert store.list_sessions() == ["a", "b", "c"]  # the index file is never a session
+    assert not store.verify().problems
+    # the answer comes from the index: one that disagrees with the transcripts shows in the answer
+    conn = sqlite3.connect(ftsindex.path_of(store.root))
+    conn.execute("INSERT INTO texts (texts) VALUES ('delete-all')")
+    conn.commit()
+    conn.close()
+    assert store.search_messages("strasse").hits == []
+    assert drop_index(store) and not index_status(store).exists
+    assert len(store.search_messages("strasse").hits) == 4
+
+
+def test_appends_are_indexed_from_the_mark_and_rewrites_index_the_session_again(store: SessionStore) -> None:
+    build_index(store)
+    before = _rows(store)
+    store.append("a", {"role": "user", "content": "a fresh Straße"})
+    _same(store, "strasse", "fresh")
+    after = _rows(store)
+    assert set(before) < set(after)  # the rows indexed before are kept as they were
+    assert [(key, pos) for _id, key, pos in set(after) - set(before)] == [("a", 6)]  # only the new line
+    store.update_last("b", {"role": "user", "content": "replaced straße"})  # a tail rewrite in place
+    _same(store, "strasse", "replaced", "nothing")
+    store.remove_last("c")  # a truncation
+    _same(store, "strasse", "nothing", "deploy")
+    store.rewrite_messages("a", [{"role": "user", "content": "only this deploy"}])  # a new file
+    _same(store, "deploy", "strasse")
+    store.delete_session("b")
+    store.append("b", {"role": "user", "content": "recreated"})  # the same key, a new transcript
+    _same(store, "strasse", "recreated", "deploy")
+    assert {key for _id, key, _pos in _rows(store)} == {"a", "b", "c"}
+    store.delete_session("c")
+    _same(store, "deploy")
+    assert {key for _id, key, _pos in _rows(store)} == {"a", "b"}  # a deleted session leaves the index
+
+
+def test_a_change_of_the_same_size_within_one_clock_tick_is_seen(store: SessionStore) -> None:
+    # update_last with a message of the same length: size (and maybe mtime) unchanged, the
+    # control counter moved
+    store.append("d", {"role": "user", "content": "version A of it", "created_at": 1})
+    build_index(store)
+    assert len(store.search_messages("version a").hits) == 1
+    transcript = os.path.join(store.root, "d.jsonl")
+    before = os.stat(transcript)
+    store.update_last("d", {"role": "user", "content": "version B of it", "created_at": 1})
+    os.utime(transcript, ns=(before.st_atime_ns, before.st_mtime_ns))  # as if in the same clock tick
+    assert os.stat(transcript).st_size == before.st_size
+    assert len(store.search_messages("version a").hits) == 0
+    assert len(store.search_messages("version b").hits) == 1
+
+
+def test_a_damaged_or_foreign_index_file_is_made_anew(store: SessionStore, caplog: pytest.LogCaptureFixture) -> None:
+    build_index(store)
+    path = ftsindex.path_of(store.root)
+    for damage in (b"not a database at all" * 100, None):
+        ftsindex.close_connections()  # damaged while no one had it open
+        if damage is None:  # a valid SQLite file of another application
+            os.unlink(path)
+            conn = sqlite3.connect(path)
+            conn.execute("CREATE TABLE other (x)")
+            conn.commit()
+            conn.close()
+        else:
+            with open(path, "r+b") as f:
+                f.write(damage)
+        for name in (path + "-wal", path + "-shm"):
+            if os.path.exists(name):
+                os.unlink(name)
+        _same(store, "strasse", "deploy")
+        assert index_status(store).entries == 18
+    assert "made anew" in caplog.text or "built again" in caplog.text
+
+
+def test_a_search_with_only_short_terms_scans(store: SessionStore) -> None:
+    build_index(store)
+    _same(store, "py", "s", '"日本"', "ß")
+
+
+def test_a_torn_tail_is_never_indexed(store: SessionStore) -> None:
+    build_index(store)
+    transcript = os.path.join(store.root, "a.jsonl")
+    with open(transcript, "ab") as f:
+        f.write(b'{"id":"zzzz","created_at":5,"role":"user","kind":"message","content":"torn stra\xc3\x9fe')
+    _same(store, "torn", "strasse")
+    assert not store.search_messages("torn").hits
+
+
+_WORKER = """
+import sys
+from jsonl_sessions import SessionStore
+from jsonl_sessions.searchindex import build_index
+store = SessionStore(sys.argv[1], durability="flush")
+print("start", flush=True)
+build_index(store)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_a_build_killed_midway_leaves_a_usable_index(tmp_path: pathlib.Path) -> None:
+    store = SessionStore(tmp_path / "store", durability="flush")
+    rng = random.Random(int(os.environ.get("JSONL_SESSIONS_SEED", "7")))
+    for i in range(40):
+        store.append_many(f"s{i}", [{"role": "user", "content": f"{rng.choice(TEXTS)} number {i} {j} Straße"}
+                                    for j in range(120)])
+    path = ftsindex.path_of(store.root)
+    killed = 0
+    for trial in range(3):
+        ftsindex.drop(store._root)  # each worker builds from nothing
+        proc = subprocess.Popen([sys.executable, "-c", _WORKER, store.root], stdout=subprocess.PIPE, env=ENV)
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"start\n"
+        # wait until it wrote into the index, then kill it at a random moment
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path + "-wal") and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.001)
+        time.sleep(rng.uniform(0, 0.05))
+        proc.send_signal(signal.SIGKILL)
+        out = proc.stdout.read()
+        proc.wait()
+        proc.stdout.close()
+        killed += proc.returncode == -signal.SIGKILL and b"done" not in out
+        # usable as it is: the next search goes on from the sessions indexed and answers as the scan
+        assert index_status(store).exists
+        _same(store, "strasse", f"number {trial}", "deploy")
+        assert index_status(store).stale_sessions == 0
+        store.append(f"s{trial}", {"role": "user", "content": f"after kill {trial}"})
+    assert killed >= 2, "the builds finished before they were killed: make the store bigger"
+    status = build_index(store)
+    assert status.exists and status.stale_sessions == 0 and status.entries == 40 * 120 + 3
+    _same(store, "after kill", "strasse")
+
+
+def test_pages_through_ties_and_times_the_row_ids_cannot_order(tmp_path: pathlib.Path) -> None:
+    # the index streams candidates by row id (which follows created_at) and stops early:
+    # ties of created_at across sessions, times past its range and before 1970 must not end a page early
+    store = SessionStore(tmp_path / "store", durability="flush")
+    times = [7, 7, 7, 2**60, 2**60 + 1, -3, 7, 0, 2**64 - 1]
+    for i, key in enumerate("edcba"):
+        store.append_many(key, [{"role": "user", "content": f"deploy {i} {j}", "created_at": times[(i + j) % 9]}
+                                for j in range(4)])
+    build_index(store)
+    for limit in (1, 2, 3, 5):
+        pages, cursor = [], None
+        while True:
+            page = store.search_messages("deploy", limit=limit, cursor=cursor)
+            pages.append(page)
+            cursor = page.cursor
+            if cursor is None:
+                break
+        assert [h for p in pages for h in p.hits] == _scan(store, "deploy").hits  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork and file modes")
+def test_an_index_this_process_cannot_write_is_left_alone_and_the_scan_answers() -> None:
+    # a forked child that may read the store but not write its index (as nobody when root)
+    parent = tempfile.mkdtemp()
+    os.chmod(parent, 0o755)  # the child must reach the store
+    try:
+        store = SessionStore(os.path.join(parent, "store"), durability="flush")
+        store.append_many("a", [{"role": "user", "content": t} for t in TEXTS * 2])
+        build_index(store)
+        store.append("a", {"role": "user", "content": "new Straße"})  # the index must be brought up to date
+        ftsindex.close_connections()
+        path = ftsindex.path_of(store.root)
+        nobody = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
+        if nobody is not None:
+            for dirpath, _dirs, files in os.walk(store.root):
+                for name in [dirpath, *(os.path.join(dirpath, f) for f in files)]:
+                    os.chown(name, nobody.pw_uid, nobody.pw_gid)
+            os.chown(path, 0, 0)
+        os.chmod(path, 0o444)
+        pid = os.fork()
+        if pid == 0:  # the child: no pytest machinery from here on
+            code = 1
+            try:
+                if nobody is not None:
+                    os.setgroups([])
+                    os.setgid(nobody.pw_gid)
+                    os.setuid(nobody.pw_uid)
+                hits = SessionStore(store.root, durability="flush").search_messages("strasse", limit=100).hits
+                code = 0 if len(hits) == 3 else 2
+            except BaseException as exc:  # noqa: BLE001 - reported by the exit status
+                sys.stderr.write(f"child failed: {exc!r}\n")
+            finally:
+                os._exit(code)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert os.path.exists(path)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
