@@ -259,6 +259,11 @@ batches = (st.lists(rare_large, max_size=4) | strategies.tool_exchanges().map(li
            | st.lists(turn_parts, min_size=1, max_size=6))
 unserializable = st.sampled_from([float("nan"), float("inf"), 2**70, {1: "int key"}, b"bytes", {"set"}])
 
+#: The states :meth:`SessionStoreMachine.edge_state` builds a new session in: no message
+#: left (it exists, empty), one message, two, a message removed from the end and another
+#: appended (its id must be new), a fork of a session with a message appended to both.
+EDGE_STATES = ("empty session", "one message", "two messages", "remove then append", "fork then append")
+
 #: What a refused call returns in :meth:`MachineBase.same_outcome`.
 REFUSED = object()
 
@@ -296,6 +301,7 @@ class MachineBase(RuleBasedStateMachine):
         self.damaged: dict[str, Lines] = {}
         self.aged: dict[str, tuple[int, int]] = {}  # key -> (storage time set, model activity then)
         self.quarantined = 0
+        self.removed: dict[str, set[str]] = {}  # key -> ids remove_last took from its end
         self.stats["examples"] += 1
 
     def _open(self) -> SessionBackend:
@@ -409,6 +415,9 @@ class MachineBase(RuleBasedStateMachine):
             f"{self.program.last}: a store-assigned id must be a ULID, got {message_id!r}")
         assert previous is None or message_id > previous, (
             f"{self.program.last}: id {message_id!r} does not sort after the previous id {previous!r} of {key!r}")
+        assert message_id not in self.removed.get(key, ()), (
+            f"{self.program.last}: returned id {message_id!r}, the id of a message remove_last removed from {key!r} "
+            "(a compare-and-remove could take the new message for the old one)")
 
     def learn_rewrite(self, key: str, planned: list[tuple[ChatMessage | dict[str, Any], str]], w: Window) -> list[
             ChatMessage]:
@@ -611,8 +620,14 @@ class WriteRules(MachineBase):
                                                 label="stale")
         else:
             expected_id = msgs[-1].id if (mode == "expected" and msgs) else None
+        self._remove_last(key, expected_id)
+
+    def _remove_last(self, key: str, expected_id: str | None) -> None:
+        last = self.last_id(key)
         done = self.agree(self.store.remove_last(key, expected_id=expected_id),
                           self.ref.remove_last(key, expected_id=expected_id))
+        if done and last is not None:
+            self.removed.setdefault(key, set()).add(last)
         self.stats["removals"] += done
 
     @rule(key=KEYS, message=rare_large, data=st.data())
@@ -948,9 +963,11 @@ class ReadRules(MachineBase):
             self.same_outcome(lambda: self.store.get_message_count(key), lambda: self.ref.get_message_count(key))
 
     @rule(key=KEYS, data=st.data(), limit=st.integers(1, 12), breakpoint=st.booleans(), whole_turns=st.booleans(),
-          direction=st.sampled_from(["newest", "before", "after", "after-start"]))
+          ts_first=st.booleans())
     def page(self, key: str, data: st.DataObject, limit: int, breakpoint: bool, whole_turns: bool,
-             direction: str) -> None:
+             ts_first: bool) -> None:
+        """A page with each cursor in turn (the newest, before an id, after an id, from the
+        start), with the same options; ``ts_before`` on every other one."""
         key = self.busy(data, key)
         if not self.intact(key):
             return
@@ -958,23 +975,24 @@ class ReadRules(MachineBase):
         n = len(session.messages) if session else 0
         if n and data.draw(st.booleans(), label="at the page edge?"):  # bugs live where a page ends
             limit = max(1, n + data.draw(st.sampled_from([-1, 0, 1]), label="edge"))
-        options: dict[str, Any] = {"limit": limit, "breakpoint": breakpoint, "whole_turns": whole_turns}
         stamps = sorted({m.created_at for m in session.messages if m.created_at is not None}) if session else []
-        if data.draw(st.booleans(), label="ts_before?"):
-            options["ts_before"] = pick(data, stamps, "ts_before") if stamps else data.draw(st.integers(0, 2**47))
-        if direction == "before":
-            options["before"] = self.pick_id(data, key, "cursor")
-        elif direction == "after":
-            options["after"] = self.pick_id(data, key, "cursor")
-        elif direction == "after-start":
-            options["after"] = ""
-        got = self.same_outcome(lambda: self.store.page(key, **options), lambda: self.ref.page(key, **options))
-        if got is not REFUSED:
-            self.stats["pages checked"] += 1
-            if got.messages:
-                self.stats[f"pages {direction}"] += 1
-                self.stats["pages ts_before"] += "ts_before" in options
-                self.stats["pages breakpoint"] += breakpoint
+        for i, direction in enumerate(("newest", "before", "after", "after-start")):
+            options: dict[str, Any] = {"limit": limit, "breakpoint": breakpoint, "whole_turns": whole_turns}
+            if i % 2 == ts_first:
+                options["ts_before"] = pick(data, stamps, "ts_before") if stamps else data.draw(st.integers(0, 2**47))
+            if direction == "before":
+                options["before"] = self.pick_id(data, key, "cursor")
+            elif direction == "after":
+                options["after"] = self.pick_id(data, key, "cursor")
+            elif direction == "after-start":
+                options["after"] = ""
+            got = self.same_outcome(lambda: self.store.page(key, **options), lambda: self.ref.page(key, **options))
+            if got is not REFUSED:
+                self.stats["pages checked"] += 1
+                if got.messages:
+                    self.stats[f"pages {direction}"] += 1
+                    self.stats["pages ts_before"] += "ts_before" in options
+                    self.stats["pages breakpoint"] += breakpoint
 
     @precondition(lambda self: bool(self.model))
     @rule(data=st.data(), limit=st.integers(1, 5), filtered=st.booleans())
@@ -1123,6 +1141,29 @@ class SessionStoreMachine(WriteRules, ReadRules, StorageRules):
     def second_session(self, key: str, batch: list[Any]) -> str:
         self.known.add(key)
         self.append_many(key, batch)
+        return key
+
+    @precondition(lambda self: len(self.known) < MAX_KEYS)
+    @rule(target=KEYS, key=new_keys, recipe=st.sampled_from(EDGE_STATES), message=messages, data=st.data())
+    def edge_state(self, key: str, recipe: str, message: ChatMessage | dict[str, Any], data: st.DataObject) -> str:
+        """A new session brought to a state where bugs live (see :data:`EDGE_STATES`)."""
+        if key in self.model or not self.intact(key):
+            return self.add_key(key)
+        self.known.add(key)
+        if recipe == "fork then append":
+            source = self.busy(data, key)
+            if source == key or source not in self.model:
+                return key
+            self.copy_messages(source, key, data)
+            if key in self.model:
+                self.append(source, message, "append")
+        else:
+            self.append_many(key, [message] if recipe != "two messages" else [message, message])
+        if recipe in ("empty session", "remove then append"):
+            self._remove_last(key, None)
+        if recipe in ("remove then append", "fork then append") and key in self.model:
+            self.append(key, message, "append")
+        self.stats[f"edge states: {recipe}"] += 1
         return key
 
     @precondition(lambda self: len(self.known) < MAX_KEYS)
