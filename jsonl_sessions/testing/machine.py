@@ -986,7 +986,8 @@ class ReadRules(MachineBase):
                 options["after"] = self.pick_id(data, key, "cursor")
             elif direction == "after-start":
                 options["after"] = ""
-            got = self.same_outcome(lambda: self.store.page(key, **options), lambda: self.ref.page(key, **options))
+            got = self.same_outcome(lambda o=options: self.store.page(key, **o),  # type: ignore[misc]
+                                    lambda o=options: self.ref.page(key, **o))  # type: ignore[misc]
             if got is not REFUSED:
                 self.stats["pages checked"] += 1
                 if got.messages:
@@ -1147,9 +1148,9 @@ class SessionStoreMachine(WriteRules, ReadRules, StorageRules):
     @rule(target=KEYS, key=new_keys, recipe=st.sampled_from(EDGE_STATES), message=messages, data=st.data())
     def edge_state(self, key: str, recipe: str, message: ChatMessage | dict[str, Any], data: st.DataObject) -> str:
         """A new session brought to a state where bugs live (see :data:`EDGE_STATES`)."""
-        if key in self.model or not self.intact(key):
-            return self.add_key(key)
         self.known.add(key)
+        if key in self.model or not self.intact(key):
+            return key
         if recipe == "fork then append":
             source = self.busy(data, key)
             if source == key or source not in self.model:
