@@ -45,7 +45,9 @@ from __future__ import annotations
 import inspect
 import math
 import re
+import sys
 import threading
+import time
 import typing
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -407,6 +409,112 @@ class SessionStoreContract:
             pytest.skip("the backend does not offer the `damage` capability")
         return damage
 
+    # -- what each write does (named for the behaviour: a bug fails its own test first) --
+    def test_remove_last_removes_the_last_message(self, seeded: SessionBackend) -> None:
+        """``remove_last`` takes the newest message (with ``expected_id``: only that one)."""
+        ids = [m.id for m in seeded.load(KEY)]
+        assert seeded.remove_last(KEY, expected_id=ids[0]) is False, "remove_last with a stale expected_id acted"
+        assert [m.id for m in seeded.load(KEY)] == ids, "remove_last with a stale expected_id changed the session"
+        assert seeded.remove_last(KEY, expected_id=ids[-1]) is True, "remove_last(expected_id=the last id) refused"
+        assert [m.id for m in seeded.load(KEY)] == ids[:-1], "remove_last did not remove exactly the last message"
+        assert seeded.remove_last(KEY) is True
+        assert [m.id for m in seeded.load(KEY)] == ids[:-2], "a second remove_last did not remove the new last one"
+        assert seeded.get_message_count(KEY) == len(ids) - 2, "get_message_count after remove_last"
+
+    def test_a_new_id_is_never_one_removed_from_the_end(self, seeded: SessionBackend) -> None:
+        """After ``remove_last``, the next append gets an id that is new (a compare-and-remove
+        holding the removed id must never take the newcomer for it)."""
+        removed = seeded.load(KEY)[-1].id
+        assert seeded.remove_last(KEY) is True
+        new = seeded.append(KEY, {"role": "user", "content": "again"})
+        assert new != removed, f"append handed out {new!r} again, the id remove_last just removed"
+        assert new > seeded.load(KEY)[-2].id, "the new id does not sort after the previous message"
+        assert seeded.remove_last(KEY, expected_id=removed) is False, "remove_last took the newcomer for the removed"
+
+    def test_update_last_replaces_the_last_message(self, seeded: SessionBackend) -> None:
+        before = seeded.load(KEY)
+        assert seeded.update_last(KEY, {"role": "assistant", "content": "edited"}) is True, "update_last refused"
+        after = seeded.load(KEY)
+        assert [m.content for m in after] == [m.content for m in before[:-1]] + ["edited"], (
+            "update_last did not replace the last message's content")
+        assert after[-1].id == before[-1].id and after[-1].created_at == before[-1].created_at, (
+            "update_last without an id or time must keep the last message's")
+        assert seeded.get_message_count(KEY) == len(before), "update_last changed the count"
+
+    def test_truncate_keeps_up_to_the_given_message(self, seeded: SessionBackend) -> None:
+        ids = [m.id for m in seeded.load(KEY)]
+        assert seeded.truncate_messages(KEY, ids[0]) == len(ids) - 1, "truncate_messages returned a wrong count"
+        assert [m.id for m in seeded.load(KEY)] == ids[:1], "truncate_messages did not keep exactly up to the id"
+        assert seeded.get_message_count(KEY) == 1, "get_message_count after truncate_messages"
+        assert seeded.truncate_messages(KEY, ids[0]) == 0, "truncating at the last message removed something"
+
+    def test_message_count_follows_every_change(self, seeded: SessionBackend) -> None:
+        """``get_message_count`` equals ``len(load(key))`` after each kind of write."""
+        changes: list[tuple[str, Callable[[], Any]]] = [
+            ("append", lambda: seeded.append(KEY, {"role": "user", "content": "a"})),
+            ("append_many", lambda: seeded.append_many(KEY, [{"role": "user"}, {"role": "assistant"}])),
+            ("remove_last", lambda: seeded.remove_last(KEY)),
+            ("update_last", lambda: seeded.update_last(KEY, {"role": "user", "content": "u"})),
+            ("truncate_messages", lambda: seeded.truncate_messages(KEY, seeded.load(KEY)[1].id)),
+            ("rewrite_messages", lambda: seeded.rewrite_messages(KEY, [{"role": "user"}] * 3)),
+            ("replace_conversation_state", lambda: seeded.replace_conversation_state(KEY, [{"role": "user"}], True)),
+            ("clear_messages", lambda: seeded.clear_messages(KEY)),
+        ]
+        for name, change in changes:
+            change()
+            assert seeded.get_message_count(KEY) == len(seeded.load(KEY)), f"get_message_count is stale after {name}"
+            md = seeded.get_session_metadata(KEY)
+            assert md is not None and md.message_count == len(seeded.load(KEY)), f"message_count stale after {name}"
+
+    def test_fork_copies_up_to_the_fork_point_and_records_it(self, seeded: SessionBackend) -> None:
+        msgs = seeded.load(KEY)
+        point = seeded.copy_messages(KEY, "fork", up_to_message_id=msgs[1].id)
+        assert point == msgs[1].id, f"copy_messages returned {point!r}, not the fork point {msgs[1].id!r}"
+        assert seeded.load("fork") == msgs[:2], "the fork does not hold the source's messages up to the fork point"
+        md = seeded.get_session_metadata("fork")
+        assert md is not None and (md.parent, md.fork_point) == (KEY, msgs[1].id), (
+            f"the fork records parent {md and md.parent!r} and fork_point {md and md.fork_point!r}")
+        assert seeded.copy_messages(KEY, "whole") == msgs[-1].id and seeded.load("whole") == msgs, "a whole fork"
+        assert seeded.load(KEY) == msgs, "forking changed the source"
+
+    def test_page_cursors_walk_the_history(self, seeded: SessionBackend) -> None:
+        """Pages of every size, walked back with ``before`` and forward with ``after``,
+        make up the history exactly (also when the limit meets the length)."""
+        seeded.append_many(KEY, [{"role": "user", "content": str(i)} for i in range(4)])
+        msgs = seeded.load(KEY)
+        for limit in range(1, len(msgs) + 2):
+            got: list[Any] = []
+            page = seeded.page(KEY, limit=limit)
+            got[:0] = page.messages
+            while page.has_more:
+                assert page.before is not None, f"page(limit={limit}) has more but no before cursor"
+                page = seeded.page(KEY, limit=limit, before=page.before)
+                got[:0] = page.messages
+            assert got == msgs, f"pages of {limit} walked back with before= do not make up the history"
+            got, page = [], seeded.page(KEY, limit=limit, after="")
+            got += page.messages
+            while page.has_more:
+                assert page.after is not None, f"page(limit={limit}, after=...) has more but no after cursor"
+                page = seeded.page(KEY, limit=limit, after=page.after)
+                got += page.messages
+            assert got == msgs, f"pages of {limit} walked forward with after= do not make up the history"
+
+    def test_whole_turns_page_keeps_a_tool_call_with_its_result(self, seeded: SessionBackend) -> None:
+        seeded.append_many("turns", [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
+            {"role": "tool", "content": "done", "tool_call_id": "c1"},
+            {"role": "assistant", "content": "ok"}])
+        page = seeded.page("turns", limit=2, whole_turns=True)
+        assert [m.role for m in page.messages] == ["assistant", "tool", "assistant"], (
+            f"page(whole_turns=True) split a tool call from its result: {[m.role for m in page.messages]}")
+
+    def test_search_ignores_case(self, seeded: SessionBackend) -> None:
+        for keyword in ("HELLO", "Hello", "hello", "CONTRACT SESSION", "Other"):
+            found = [md.key for md in seeded.search(SessionQuery(keyword))]
+            assert KEY in found or OTHER in found, f"search({keyword!r}) missed a match in another case: {found}"
+        assert [md.key for md in seeded.search(SessionQuery("BE BRIEF"))] == [KEY], "search('BE BRIEF')"
+
     # -- keys ---------------------------------------------------------------------------
     @pytest.mark.parametrize("method", sorted(KEYED_METHODS))
     def test_invalid_key_is_refused(self, seeded: SessionBackend, method: str) -> None:
@@ -618,26 +726,38 @@ class SessionStoreContract:
     # -- the guard ----------------------------------------------------------------------
     def test_lock_makes_several_calls_one_unit(self, seeded: SessionBackend) -> None:
         """``lock(key)``: an invalid key is refused; the holder's own calls work inside
-        (reentrant, nested too); another thread waits until the block ends."""
+        (reentrant, nested too); another thread waits until the block ends.
+
+        The other thread records, on entering, whether the holder still held the guard, so
+        an entry while held is caught whenever it happens, not only within a wait. The
+        holder keeps the guard until the other thread has called ``lock`` (its stack is seen
+        in the store's code, or it has finished), then 0.2 s more: a guard that does not
+        exclude could only pass if the other thread stalled inside ``lock`` that long."""
         for bad_key in INVALID_KEYS:
             with pytest.raises(InvalidSessionKeyError), seeded.lock(bad_key):
                 pass
-        entered = threading.Event()
+        held = threading.Event()
+        inside = threading.Event()
+        seen_held: list[bool] = []
 
         def other() -> None:
             with seeded.lock(KEY):
-                entered.set()
+                seen_held.append(held.is_set())
+                inside.set()
 
         with seeded.lock(KEY):
+            held.set()
             with seeded.lock(KEY):
                 seeded.append(KEY, {"role": "user", "content": "inside"})
-            thread = threading.Thread(target=other)
+            thread = threading.Thread(target=other, daemon=True)
             thread.start()
-            assert not entered.wait(0.2), "another thread entered the guard while it was held"
-            seeded.remove_last(KEY)
+            _wait_until_called_into_store(thread)
+            assert not inside.wait(0.2), "another thread entered the guard while it was held"
+            assert [m.content for m in seeded.load(KEY)][-1] == "inside", "the holder's own append is not there"
+            held.clear()
         thread.join(30)
-        assert entered.is_set(), "the guard was not released"
-        assert [m.content for m in seeded.load(KEY)][-1] == [{"type": "text", "text": "hello"}]
+        assert inside.is_set(), "the guard was not released: the other thread never entered"
+        assert seen_held == [False], "another thread entered the guard while it was held"
 
     # -- verify -------------------------------------------------------------------------
     def test_a_fresh_store_verifies_clean(self, store: SessionBackend) -> None:
@@ -763,6 +883,20 @@ class SessionStoreContract:
         new = seeded.append(KEY, {"role": "user", "content": "next"})
         assert [m.id for m in seeded.try_load(KEY)] == [m.id for m in good] + [new]
         assert damage.raw(KEY).endswith(b"\n")
+
+
+def _wait_until_called_into_store(thread: threading.Thread, timeout: float = 30.0) -> None:
+    """Return once ``thread`` runs code below its own function (it has called ``lock``:
+    entered it, or is waiting in it), or has finished."""
+    deadline = time.monotonic() + timeout
+    while thread.is_alive() and time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident or -1)
+        depth = 0
+        while frame is not None and frame.f_code.co_name != "other":
+            frame, depth = frame.f_back, depth + 1
+        if frame is not None and depth > 0:
+            return
+        time.sleep(0.001)
 
 
 def _raises(error: type[BaseException], what: str, call: Callable[..., Any], *args: Any) -> BaseException:
