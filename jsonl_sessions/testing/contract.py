@@ -509,6 +509,13 @@ class SessionStoreContract:
         assert [m.role for m in page.messages] == ["assistant", "tool", "assistant"], (
             f"page(whole_turns=True) split a tool call from its result: {[m.role for m in page.messages]}")
 
+    def test_replace_if_exists_never_recreates_a_deleted_session(self, seeded: SessionBackend) -> None:
+        assert seeded.delete_session(OTHER) is True
+        before = snapshot(seeded)
+        assert seeded.replace_conversation_state_if_exists(OTHER, [{"role": "user", "content": "x"}], True) is False, (
+            "replace_conversation_state_if_exists recreated a deleted session")
+        self._unchanged(seeded, before, "replace_conversation_state_if_exists on a deleted session")
+
     def test_search_ignores_case(self, seeded: SessionBackend) -> None:
         for keyword in ("HELLO", "Hello", "hello", "CONTRACT SESSION", "Other"):
             found = [md.key for md in seeded.search(SessionQuery(keyword))]
@@ -548,12 +555,6 @@ class SessionStoreContract:
         before = snapshot(seeded, keys=("missing",))
         assert seeded.append_many("missing", []) == []
         assert snapshot(seeded, keys=("missing",)) == before
-
-    def test_replace_if_exists_never_recreates_a_deleted_session(self, seeded: SessionBackend) -> None:
-        assert seeded.delete_session(OTHER) is True
-        before = snapshot(seeded)
-        assert seeded.replace_conversation_state_if_exists(OTHER, [{"role": "user", "content": "x"}], True) is False
-        self._unchanged(seeded, before, "replace_conversation_state_if_exists on a deleted session")
 
     # -- messages -----------------------------------------------------------------------
     @pytest.mark.parametrize("writer", WRITERS)

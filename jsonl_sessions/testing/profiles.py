@@ -8,7 +8,7 @@ A profile fixes how long the run is and what it must have covered:
   on 2 cores, a failure found and shrunk in the same budget);
 - ``soak``: ten times ``ci``'s programs, twice as long, for a nightly job.
 
-Every profile runs the generate and shrink phases only (Hypothesis's ``explain`` phase
+Every profile reports one failure (the first, shrunk) and runs the generate and shrink phases only (Hypothesis's ``explain`` phase
 replays the failure hundreds of times to say which lines only failing runs reach; that
 costs more than the whole search), with no deadline (a real database's first call may be
 slow) and the ``too_slow`` health check off for the same reason.
@@ -63,7 +63,7 @@ class Profile:
         chosen: dict[str, Any] = {
             "max_examples": self.examples, "stateful_step_count": self.steps, "deadline": None,
             "phases": [Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
-            "suppress_health_check": [HealthCheck.too_slow]}
+            "suppress_health_check": [HealthCheck.too_slow], "report_multiple_bugs": False}
         chosen.update(overrides)
         return settings(**chosen)
 
