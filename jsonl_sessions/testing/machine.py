@@ -260,7 +260,7 @@ batches = (st.lists(rare_large, max_size=4) | strategies.tool_exchanges().map(li
 unserializable = st.sampled_from([float("nan"), float("inf"), 2**70, {1: "int key"}, b"bytes", {"set"}])
 
 #: The states :meth:`SessionStoreMachine.edge_state` builds a new session in: no message
-#: left (it exists, empty), one message, two, a message removed from the end and another
+#: left (it exists, empty), one message, two, two with the last removed and another
 #: appended (its id must be new), a fork of a session with a message appended to both.
 EDGE_STATES = ("empty session", "one message", "two messages", "remove then append", "fork then append")
 
@@ -1159,7 +1159,7 @@ class SessionStoreMachine(WriteRules, ReadRules, StorageRules):
             if key in self.model:
                 self.append(source, message, "append")
         else:
-            self.append_many(key, [message] if recipe != "two messages" else [message, message])
+            self.append_many(key, [message, message] if recipe in ("two messages", "remove then append") else [message])
         if recipe in ("empty session", "remove then append"):
             self._remove_last(key, None)
         if recipe in ("remove then append", "fork then append") and key in self.model:

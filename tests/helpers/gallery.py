@@ -21,7 +21,7 @@ from jsonl_sessions.testing import MemorySessionStore
 from jsonl_sessions.testing.memory import _fresh
 from jsonl_sessions.types import Page, SessionMetadata
 
-FileStore: Any = run_blocks()["FileStore"]
+FileStore: Any = run_blocks(definitions_only=True)["FileStore"]
 
 
 # -- mutants of the in-memory store -----------------------------------------------------------
