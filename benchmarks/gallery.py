@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "helpers"))
 
-from gallery import GALLERY, JSONL_BUGS, machine_catch  # noqa: E402
+from gallery import GALLERY, JSONL_BUGS, machine_catch
 
 
 def main() -> None:

@@ -221,29 +221,37 @@ def test_listing_does_a_bounded_amount_of_python_work_per_session_and_leaves_the
     assert other._root._files == {}
 
 
-_SIDECARS = [
-    None, {}, {"key": "k", "format": 1},
-    {"key": "k", "format": 1, "name": "n", "agent_alias": "a", "principal_id": "p", "state": "running",
-     "turn_id": "t", "created_at": 1_700_000_000_123, "trim_breadcrumb": True, "context": {"a": "b", "c": 1},
-     "parent": "p0", "fork_point": "f0"},
-    {"name": 1, "agent_alias": [], "principal_id": None, "state": "asleep", "turn_id": "t", "created_at": "x",
-     "trim_breadcrumb": 1, "context": [], "parent": {}, "fork_point": 2.5},
-    {"state": ["running"], "turn_id": 3, "created_at": True, "context": {}},
-    {"state": "idle", "turn_id": None, "created_at": -5, "trim_breadcrumb": False, "context": {1: "x", "y": "z"}},
+_UTC = timezone.utc
+_NOTHING: dict[str, object] = {"name": None, "agent_alias": None, "principal_id": None, "state": None, "turn_id": None,
+                               "created_at": None, "trim_breadcrumb": None, "context": {}, "parent": None,
+                               "fork_point": None}
+#: Sidecars as another version or tool may have left them, and the metadata each must read
+#: as, written out by hand (a field of the wrong type reads as absent; a turn without a
+#: valid run state too; the context keeps its string entries only).
+_SIDECARS: list[tuple[dict[str, object] | None, dict[str, object]]] = [
+    (None, {}),
+    ({}, {}),
+    ({"key": "k", "format": 1}, {}),
+    ({"key": "k", "format": 1, "name": "n", "agent_alias": "a", "principal_id": "p", "state": "running",
+      "turn_id": "t", "created_at": 1_700_000_000_123, "trim_breadcrumb": True, "context": {"a": "b", "c": 1},
+      "parent": "p0", "fork_point": "f0"},
+     {"name": "n", "agent_alias": "a", "principal_id": "p", "state": "running", "turn_id": "t",
+      "created_at": datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=_UTC), "trim_breadcrumb": True,
+      "context": {"a": "b"}, "parent": "p0", "fork_point": "f0"}),
+    ({"name": 1, "agent_alias": [], "principal_id": None, "state": "asleep", "turn_id": "t", "created_at": "x",
+      "trim_breadcrumb": 1, "context": [], "parent": {}, "fork_point": 2.5}, {}),
+    ({"state": ["running"], "turn_id": 3, "created_at": True, "context": {}}, {}),
+    ({"state": "idle", "turn_id": None, "created_at": -5, "trim_breadcrumb": False, "context": {1: "x", "y": "z"}},
+     {"state": "idle", "created_at": datetime(1969, 12, 31, 23, 59, 59, 995000, tzinfo=_UTC),
+      "trim_breadcrumb": False, "context": {"y": "z"}}),
 ]
 
 
-@pytest.mark.parametrize("meta", _SIDECARS)
-def test_a_listed_sessions_metadata_is_read_field_by_field(meta: dict[str, object] | None) -> None:
-    want = SessionMetadata(
-        key="k", name=sidecar.text(meta, "name"), agent_alias=sidecar.text(meta, "agent_alias"),
-        principal_id=sidecar.text(meta, "principal_id"), state=sidecar.state(meta),
-        turn_id=sidecar.text(meta, "turn_id") if sidecar.state(meta) else None,
-        created_at=sidecar.from_ms(sidecar.millis(meta, "created_at")),
-        updated_at=datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=timezone.utc), message_count=3, size_bytes=9,
-        trim_breadcrumb=meta.get("trim_breadcrumb") if meta and isinstance(meta.get("trim_breadcrumb"), bool) else None,
-        context=sidecar.context(meta), parent=sidecar.text(meta, "parent"),
-        fork_point=sidecar.text(meta, "fork_point"))
+@pytest.mark.parametrize(("meta", "fields"), _SIDECARS)
+def test_a_listed_sessions_metadata_is_read_field_by_field(meta: dict[str, object] | None,
+                                                           fields: dict[str, object]) -> None:
+    want = SessionMetadata(key="k", updated_at=datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=_UTC),
+                           message_count=3, size_bytes=9, **{**_NOTHING, **fields})  # type: ignore[arg-type]
     assert sidecar.describe("k", meta, 3, 9, 1_700_000_000_123_456_789) == want
 
 
