@@ -3,14 +3,11 @@ calls per session, lines decoded), never by timing: what ``benchmarks/scale.py``
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import subprocess
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
-from itertools import accumulate
 from types import FrameType
 
 import orjson
@@ -22,15 +19,11 @@ from syscalls import SyscallProbe
 from jsonl_sessions import (
     ChatMessage,
     CorruptTranscriptError,
-    SessionMetadata,
-    SessionQuery,
     SessionStore,
     codec,
     ids,
-    records,
-    sidecar,
 )
-from jsonl_sessions.jsonl import search, transcript
+from jsonl_sessions.jsonl import transcript
 from jsonl_sessions.jsonl.lines import BOM, CHUNK_BYTES
 from jsonl_sessions.keys import key_to_stem
 from jsonl_sessions.types import from_record
