@@ -469,9 +469,13 @@ class MachineBase(RuleBasedStateMachine):
             return data.draw(st.sampled_from(full), label="busy key")
         return key
 
-    def pick_id(self, data: st.DataObject, key: str, label: str) -> str:
-        """An id of the session (usually) or an unknown one."""
+    def pick_id(self, data: st.DataObject, key: str, label: str, *, skip_first: bool = False,
+                skip_last: bool = False) -> str:
+        """An id of the session (usually; not the first or last one when told, if there
+        are others: a cursor there has a page on its side) or an unknown one."""
         known = [m.id for m in self.model[key].messages] if key in self.model else []
+        if len(known) > 1:
+            known = known[1 if skip_first else 0 : len(known) - 1 if skip_last else len(known)]
         if known and data.draw(st.integers(0, 4), label=f"{label} known?") > 0:
             return data.draw(st.sampled_from(known), label=label)
         return data.draw(st.sampled_from(UNKNOWN_IDS), label=label)
@@ -981,9 +985,9 @@ class ReadRules(MachineBase):
             if i % 2 == ts_first:
                 options["ts_before"] = pick(data, stamps, "ts_before") if stamps else data.draw(st.integers(0, 2**47))
             if direction == "before":
-                options["before"] = self.pick_id(data, key, "cursor")
+                options["before"] = self.pick_id(data, key, "cursor", skip_first=True)
             elif direction == "after":
-                options["after"] = self.pick_id(data, key, "cursor")
+                options["after"] = self.pick_id(data, key, "cursor", skip_last=True)
             elif direction == "after-start":
                 options["after"] = ""
             got = self.same_outcome(lambda o=options: self.store.page(key, **o),  # type: ignore[misc]

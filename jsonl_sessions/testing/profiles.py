@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from ..protocol import SessionBackend
@@ -108,9 +108,14 @@ def check_coverage(stats: Mapping[str, int], profile: str | Profile = "ci") -> N
 def run_covered(machine: type[SessionStoreMachine], profile: Profile, run_settings: settings | None = None) -> None:
     """Run ``machine`` (with ``run_settings``, default the profile's) until its counters
     reach ``profile``'s minimums: up to :data:`EXTRA_ROUNDS` more rounds when a round falls
-    short, then :class:`CoverageError`. A failure of the machine propagates at once."""
+    short, then :class:`CoverageError`. A failure of the machine propagates at once. A
+    derandomized run stays repeatable: its extra rounds use the fixed seeds 1, 2, ..."""
+    chosen = run_settings or profile.settings()
     for extra in range(EXTRA_ROUNDS + 1):
-        run_state_machine_as_test(machine, settings=run_settings or profile.settings())
+        if extra and chosen.derandomize:  # a fixed run: each extra round other fixed programs
+            seed(extra)(machine)
+            chosen = settings(chosen, database=None)
+        run_state_machine_as_test(machine, settings=chosen)
         try:
             check_coverage(machine.stats, profile)
             return
