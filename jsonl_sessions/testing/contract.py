@@ -417,7 +417,7 @@ class SessionStoreContract:
         assert [m.id for m in seeded.load(KEY)] == ids, "remove_last with a stale expected_id changed the session"
         assert seeded.remove_last(KEY, expected_id=ids[-1]) is True, "remove_last(expected_id=the last id) refused"
         assert [m.id for m in seeded.load(KEY)] == ids[:-1], "remove_last did not remove exactly the last message"
-        assert seeded.remove_last(KEY) is True
+        assert seeded.remove_last(KEY) is True, 'remove_last of the last message refused'
         assert [m.id for m in seeded.load(KEY)] == ids[:-2], "a second remove_last did not remove the new last one"
         assert seeded.get_message_count(KEY) == len(ids) - 2, "get_message_count after remove_last"
 
@@ -425,7 +425,7 @@ class SessionStoreContract:
         """After ``remove_last``, the next append gets an id that is new (a compare-and-remove
         holding the removed id must never take the newcomer for it)."""
         removed = seeded.load(KEY)[-1].id
-        assert seeded.remove_last(KEY) is True
+        assert seeded.remove_last(KEY) is True, 'remove_last refused'
         new = seeded.append(KEY, {"role": "user", "content": "again"})
         assert new != removed, f"append handed out {new!r} again, the id remove_last just removed"
         assert new > seeded.load(KEY)[-2].id, "the new id does not sort after the previous message"
@@ -510,7 +510,7 @@ class SessionStoreContract:
             f"page(whole_turns=True) split a tool call from its result: {[m.role for m in page.messages]}")
 
     def test_replace_if_exists_never_recreates_a_deleted_session(self, seeded: SessionBackend) -> None:
-        assert seeded.delete_session(OTHER) is True
+        assert seeded.delete_session(OTHER) is True, 'delete_session of an existing session returned False'
         before = snapshot(seeded)
         assert seeded.replace_conversation_state_if_exists(OTHER, [{"role": "user", "content": "x"}], True) is False, (
             "replace_conversation_state_if_exists recreated a deleted session")
@@ -538,7 +538,7 @@ class SessionStoreContract:
     def test_missing_session(self, seeded: SessionBackend, method: str) -> None:
         """The documented result on a missing session (never created, or deleted), and no
         session created."""
-        assert seeded.delete_session(OTHER) is True
+        assert seeded.delete_session(OTHER) is True, 'delete_session of an existing session returned False'
         for missing in ("missing", OTHER):
             before = snapshot(seeded, keys=(missing,))
             expected = ON_MISSING[method]
@@ -549,7 +549,7 @@ class SessionStoreContract:
             else:
                 assert KEYED_METHODS[method](seeded, missing) == expected
             assert snapshot(seeded, keys=(missing,)) == before, f"{method} on a missing session changed the store"
-            assert not seeded.session_exists(missing)
+            assert not seeded.session_exists(missing), 'a call on a missing session created it'
 
     def test_empty_append_many_creates_nothing(self, seeded: SessionBackend) -> None:
         before = snapshot(seeded, keys=("missing",))
@@ -655,8 +655,8 @@ class SessionStoreContract:
         (MessageNotFoundError, as an unknown id does for either cursor)."""
         msgs = [m.to_dict() for m in seeded.load(KEY)]
         page = seeded.page(KEY, limit=2, after="")
-        assert [m.to_dict() for m in page.messages] == msgs[:2] and page.has_more and page.before is None
-        assert page.after == msgs[1]["id"]
+        assert [m.to_dict() for m in page.messages] == msgs[:2] and page.has_more and page.before is None, "page(limit=2, after='') is not the first two messages, with more after them"
+        assert page.after == msgs[1]["id"], "page(limit=2, after='').after is not the second message's id"
         cursors: list[dict[str, Any]] = [{"before": ""}, {"before": "0" * 26}, {"after": "0" * 26}, {"before": "x"},
                                          {"after": "x"}]
         for cursor in cursors:
@@ -669,27 +669,27 @@ class SessionStoreContract:
         is stored and read back exactly, by every writer."""
         edges = [0, -1, -(2**63), 2**63 - 1, 2**63, 2**64 - 1]
         ids = seeded.append_many("edges", [{"role": "user", "content": str(v), "created_at": v} for v in edges])
-        assert [m.created_at for m in seeded.load("edges")] == edges
+        assert [m.created_at for m in seeded.load("edges")] == edges, 'append_many did not keep every created_at edge value exactly'
         assert [m.created_at for m in seeded.get_messages("edges", offset=3)] == edges[3:]
         assert [m.created_at for m in seeded.page("edges", limit=2).messages] == edges[-2:]
         got = seeded.get_message("edges", ids[-1])
-        assert got is not None and got.created_at == 2**64 - 1
+        assert got is not None and got.created_at == 2**64 - 1, 'get_message lost the largest created_at'
         stamped = seeded.load_with_timestamps("edges")  # beyond a datetime's years 1 to 9999: None
         assert [t.created_at for t in stamped] == [datetime(1970, 1, 1, tzinfo=timezone.utc),
                                                    datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc),
                                                    None, None, None, None]
         assert seeded.append("edges", {"role": "user", "content": "one", "created_at": 2**63 + 1})
         assert seeded.update_last("edges", {"role": "user", "content": "new", "created_at": 2**64 - 2}) is True
-        assert seeded.load("edges")[-1].created_at == 2**64 - 2
+        assert seeded.load("edges")[-1].created_at == 2**64 - 2, 'update_last did not keep its created_at'
         assert seeded.copy_messages("edges", "edges copy") == seeded.load("edges")[-1].id
-        assert [m.created_at for m in seeded.load("edges copy")] == edges + [2**64 - 2]
+        assert [m.created_at for m in seeded.load("edges copy")] == edges + [2**64 - 2], 'copy_messages did not keep the created_at values'
         seeded.rewrite_messages("edges", [{"role": "user", "content": "r", "created_at": 2**63}])
         seeded.replace_conversation_state("edges copy", [{"role": "user", "created_at": 2**64 - 1}], True)
-        assert [m.created_at for m in seeded.load("edges")] == [2**63]
-        assert [m.created_at for m in seeded.load("edges copy")] == [2**64 - 1]
+        assert [m.created_at for m in seeded.load("edges")] == [2**63], 'rewrite_messages did not keep created_at 2**63'
+        assert [m.created_at for m in seeded.load("edges copy")] == [2**64 - 1], 'replace_conversation_state did not keep created_at 2**64 - 1'
         assert seeded.page("edges copy", ts_before=2**64).messages[0].created_at == 2**64 - 1
         assert seeded.page("edges copy", ts_before=2**64 - 1).messages == []
-        assert seeded.remove_last("edges copy") is True
+        assert seeded.remove_last("edges copy") is True, 'remove_last refused'
 
     # -- metadata -----------------------------------------------------------------------
     def test_bad_metadata_value_is_refused(self, seeded: SessionBackend) -> None:
@@ -715,14 +715,14 @@ class SessionStoreContract:
         assert seeded.delete_session_owned(KEY, "ALICE") is False
         self._unchanged(seeded, before, "delete_session_owned with the wrong owner")
         assert seeded.delete_session_owned(KEY, "alice") is True
-        assert not seeded.session_exists(KEY)
+        assert not seeded.session_exists(KEY), 'delete_session_owned by the owner did not delete the session'
 
     def test_cleanup_spares_running_and_fresh_sessions(self, seeded: SessionBackend) -> None:
         before = snapshot(seeded)
-        assert seeded.cleanup_stale(10**6) == 0
+        assert seeded.cleanup_stale(10**6) == 0, 'cleanup_stale with a long TTL deleted a session'
         self._unchanged(seeded, before, "cleanup_stale with a long TTL")
-        assert seeded.cleanup_stale(0) == 1  # OTHER; KEY is running
-        assert seeded.list_sessions() == [KEY]
+        assert seeded.cleanup_stale(0) == 1, 'cleanup_stale(0) did not delete exactly the session not running'  # OTHER; KEY is running
+        assert seeded.list_sessions() == [KEY], 'cleanup_stale(0) deleted a running session'
 
     # -- the guard ----------------------------------------------------------------------
     def test_lock_makes_several_calls_one_unit(self, seeded: SessionBackend) -> None:
@@ -797,13 +797,13 @@ class SessionStoreContract:
         damage.append_raw(KEY, b'{"role": 5, "garbage"\n')
         raw = damage.raw(KEY)
         report = seeded.verify()
-        assert not report.ok
+        assert not report.ok, 'verify found nothing wrong with a corrupt line'
         assert {f.key for f in report.problems} == {KEY}, report.problems
         assert [(f.line, f.offset) for f in report.problems if f.line is not None] == [(len(good) + 1, offset)]
-        assert not any(f.fixable for f in report.problems)
-        assert seeded.verify([OTHER]).ok
+        assert not any(f.fixable for f in report.problems), 'verify called a corrupt line fixable'
+        assert seeded.verify([OTHER]).ok, 'verify of the healthy session found a problem'
         after_fix = seeded.verify(fix=True)
-        assert after_fix.fixed == [] and after_fix.problems == report.problems
+        assert after_fix.fixed == [] and after_fix.problems == report.problems, 'verify(fix=True) fixed or found something else'
         assert damage.raw(KEY) == raw, "verify changed a damaged session"
 
     def test_corrupt_line_is_reported_precisely_and_refused(self, seeded: SessionBackend, damage: Any) -> None:
@@ -817,7 +817,7 @@ class SessionStoreContract:
         with pytest.raises(CorruptTranscriptError) as info:
             seeded.try_load(KEY)
         assert (info.value.line, info.value.offset) == (len(good) + 1, offset), info.value
-        assert [m.content for m in seeded.load(KEY)] == [m.content for m in good] + ["after"]
+        assert [m.content for m in seeded.load(KEY)] == [m.content for m in good] + ["after"], 'load does not skip the corrupt line and keep the rest'
         raw = damage.raw(KEY)
         refusals: dict[str, Callable[[], Any]] = {
             "rewrite_messages": lambda: seeded.rewrite_messages(KEY, []),
@@ -844,8 +844,8 @@ class SessionStoreContract:
                 seeded.remove_last(KEY)
             else:
                 seeded.update_last(KEY, {"role": "user", "content": "x"})
-        assert info.value.offset == raw.rindex(b"not json")
-        assert damage.raw(KEY) == raw
+        assert info.value.offset == raw.rindex(b"not json"), "the error does not name the corrupt line's byte offset"
+        assert damage.raw(KEY) == raw, 'a refused write changed the stored bytes'
 
     @pytest.mark.parametrize("method", ["remove_last", "update_last", "try_load", "truncate_messages", "compact"])
     def test_offsets_count_lines_edited_behind_the_store(self, seeded: SessionBackend, damage: Any,
@@ -873,17 +873,17 @@ class SessionStoreContract:
         with pytest.raises(CorruptTranscriptError) as info:
             calls[method]()
         assert (info.value.line, info.value.offset) == (3, raw.rindex(b"not json")), info.value
-        assert damage.raw(KEY) == raw
+        assert damage.raw(KEY) == raw, 'the stored bytes changed'
 
     def test_torn_tail_is_not_a_message_nor_an_error(self, seeded: SessionBackend, damage: Any) -> None:
         damage = self._damage(damage)
         good = seeded.try_load(KEY)
         damage.append_raw(KEY, b'{"id":"7ZZZZZZZZZZZZZZZZZZZZZZZZZ","role":"user","content":"cut')
-        assert seeded.try_load(KEY) == good
-        assert seeded.get_message_count(KEY) == len(good)
+        assert seeded.try_load(KEY) == good, 'a torn tail was read as a message (or as an error)'
+        assert seeded.get_message_count(KEY) == len(good), 'a torn tail was counted as a message'
         new = seeded.append(KEY, {"role": "user", "content": "next"})
-        assert [m.id for m in seeded.try_load(KEY)] == [m.id for m in good] + [new]
-        assert damage.raw(KEY).endswith(b"\n")
+        assert [m.id for m in seeded.try_load(KEY)] == [m.id for m in good] + [new], 'the append after a torn tail did not replace it'
+        assert damage.raw(KEY).endswith(b"\n"), 'the torn tail was left after the next append'
 
 
 def _wait_until_called_into_store(thread: threading.Thread, timeout: float = 30.0) -> None:

@@ -37,6 +37,11 @@ CLASS = textwrap.dedent('''
         @pytest.fixture
         def store(self, tmp_path):
             return gallery.GALLERY[{n}].store(tmp_path / "store", lock_timeout=5)
+
+        @pytest.fixture
+        def damage(self, store):
+            storage = gallery.GALLERY[{n}].storage
+            return None if storage is None else storage(store)
 ''')
 
 

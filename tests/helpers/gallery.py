@@ -13,11 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from _doc import run_blocks
 
-from jsonl_sessions import SessionQuery
+from jsonl_sessions import ChatMessage, CorruptTranscriptError, SessionQuery, SessionStore
 from jsonl_sessions.ids import assign_ids as real_assign_ids
-from jsonl_sessions.testing import MemorySessionStore
+from jsonl_sessions.testing import JsonlFileDamage, MemorySessionStore
 from jsonl_sessions.testing.memory import _fresh
 from jsonl_sessions.types import Page, SessionMetadata
 
@@ -212,6 +213,25 @@ class FileStoreLosesTheLastAppend(FileStore):  # type: ignore[misc,valid-type]
             super().save(key)
 
 
+# -- a mutant of the JSONL store -------------------------------------------------------------
+class TornTailReadAsMessage(SessionStore):
+    """Reads take the final fragment without its newline (left by a crash mid-append) for a
+    line: a message when it parses, a corrupt line when it does not."""
+
+    def _load(self, key: str, *, strict: bool) -> list[ChatMessage]:
+        msgs = super()._load(key, strict=strict)
+        raw = JsonlFileDamage(self).raw(key) if self.session_exists(key) else b""
+        tail = raw[raw.rfind(b"\n") + 1:]
+        if tail:
+            try:
+                msgs.append(ChatMessage.from_dict(orjson.loads(tail)))
+            except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+                if strict:
+                    raise CorruptTranscriptError(key=key, path=None, line=raw.count(b"\n") + 1,
+                                                 offset=len(raw) - len(tail), reason=str(exc)) from exc
+        return msgs
+
+
 @dataclass(frozen=True)
 class Bug:
     """A planted bug: the store class, the contract test that must fail first (None: no
@@ -222,6 +242,9 @@ class Bug:
     store: Callable[..., Any]
     contract: str | None
     operation: str
+    #: The storage capability the checks need (``damage`` of the contract, ``storage`` of
+    #: the machine), or None.
+    storage: Callable[[Any], Any] | None = None
 
 
 GALLERY: list[Bug] = [
@@ -250,6 +273,8 @@ GALLERY: list[Bug] = [
     Bug("file store: the name is not saved", FileStoreForgetsNames, None, "set_session_name"),
     Bug("file store: delete_session leaves the file", FileStoreDeleteKeepsFile, None, "delete_session"),
     Bug("file store: a lost write of an append", FileStoreLosesTheLastAppend, None, "append"),
+    Bug("JSONL store: a torn tail read as a message", TornTailReadAsMessage,
+        "test_torn_tail_is_not_a_message_nor_an_error", "try_load", storage=JsonlFileDamage),
 ]
 
 #: The JSONL store's planted fsync / rollback bugs (tests/harness/test_harness_teeth.py),
@@ -266,7 +291,8 @@ def machine_catch(bug: Bug, profile: str = "ci", **overrides: Any) -> tuple[str,
     from jsonl_sessions.testing import Mismatch, check_backend
 
     try:
-        check_backend(lambda path: bug.store(path), profile=profile, database=None, **overrides)
+        check_backend(lambda path: bug.store(path), profile=profile, storage=bug.storage, database=None,
+                      **overrides)
     except Mismatch as exc:
         return f"{exc.operation} (after {exc.after})", str(exc)
     except Exception as exc:  # noqa: BLE001 - an assertion, or an error the store raised: a catch
