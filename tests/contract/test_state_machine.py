@@ -63,7 +63,7 @@ MACHINES: dict[str, Machine] = {
     "sqlite-fsync-wall-clock": Machine("sqlite", "fsync", "wall", False, 4, 80, steps=40),
     "sqlite-flush-manual-clock-storage": Machine("sqlite", "flush", "manual", True, 10, 140, steps=40),
     "postgres-fsync-wall-clock": Machine("postgres", "fsync", "wall", False, 3, 60, steps=30, fixed=True),
-    "postgres-flush-manual-clock-storage": Machine("postgres", "flush", "manual", True, 6, 100, steps=30, fixed=True),
+    "postgres-flush-manual-clock-storage": Machine("postgres", "flush", "manual", True, 8, 100, steps=30, fixed=True),
     "memory-manual-clock": Machine("memory", "fsync", "manual", False, 15, 350),
     "memory-wall-clock": Machine("memory", "fsync", "wall", False, 6, 150),
 }
