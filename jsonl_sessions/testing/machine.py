@@ -355,9 +355,14 @@ class MachineBase(RuleBasedStateMachine):
 
     def ask(self, store: Any, want: Any, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call ``store.method(...)`` (not recorded: a check) and :meth:`agree` with ``want``."""
-        got = getattr(store, method)(*args, **kwargs)
+        operation = self.program.call(method, args, kwargs)
+        try:
+            got = getattr(store, method)(*args, **kwargs)
+        except Exception as exc:
+            raise Mismatch(operation, exc, want, f"the store raised {exc!r}; the model returns a value",
+                           after=self.program.last) from exc
         if got != want or type(got) is not type(want) and isinstance(want, bool):
-            raise Mismatch(self.program.call(method, args, kwargs), got, want, after=self.program.last)
+            raise Mismatch(operation, got, want, after=self.program.last)
         return got
 
     def refuses(self, error: type[BaseException], call: Callable[[], Any], why: str) -> BaseException:
@@ -1069,6 +1074,14 @@ class StorageRules(MachineBase):
         lines = self.damaged.get(key) or [("msg", m) for m in self.model[key].messages]
         return key, probe, lines
 
+    def damage(self, probe: StorageProbe, key: str, data: bytes, what: str) -> None:
+        """Append ``data`` to the stored transcript of ``key`` as another tool would (and
+        write it into the program: the next check runs after it)."""
+        probe.append_raw(key, data)
+        self.touched.add(key)
+        self.program.last = f"storage.append_raw({key!r}, {data!r})"
+        self.program.add(f"{self.program.last}  # {what} (your storage capability)")
+
     @precondition(_has_storage)
     @rule(data=st.data())
     def duplicate_last_line(self, data: st.DataObject) -> None:
@@ -1078,7 +1091,7 @@ class StorageRules(MachineBase):
             return
         key, probe, lines = target
         raw = probe.raw(key)
-        probe.append_raw(key, raw[raw.rfind(b"\n", 0, len(raw) - 1) + 1 :])
+        self.damage(probe, key, raw[raw.rfind(b"\n", 0, len(raw) - 1) + 1 :], "the newest line written twice")
         self.damaged[key] = [*lines, ("dup", lines[-1][1])]
         self.stats["damaged lines"] += 1
 
@@ -1088,7 +1101,7 @@ class StorageRules(MachineBase):
         target = self._target(data)
         if target is not None:
             key, probe, lines = target
-            probe.append_raw(key, junk + b"\n")
+            self.damage(probe, key, junk + b"\n", "a line that does not parse")
             self.damaged[key] = [*lines, ("bad", None)]
             self.stats["damaged lines"] += 1
 
@@ -1098,7 +1111,7 @@ class StorageRules(MachineBase):
         """A writer died mid-line: reads ignore the fragment, the next write removes it."""
         target = self._target(data)
         if target is not None:
-            target[1].append_raw(target[0], TORN_TAIL)
+            self.damage(target[1], target[0], TORN_TAIL, "a torn tail: a writer died mid-line")
             self.stats["torn tails"] += 1
 
     @precondition(_has_storage)
