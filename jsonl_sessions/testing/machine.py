@@ -1179,6 +1179,7 @@ class SessionStoreMachine(WriteRules, ReadRules, StorageRules):
             self.append_many(key, [message, message] if recipe in ("two messages", "remove then append") else [message])
         if recipe in ("empty session", "remove then append"):
             self._remove_last(key, None)
+            self._agrees_on(self.real, key, thorough=False)  # checked here: the failure names remove_last
         if recipe in ("remove then append", "fork then append") and key in self.model:
             self.append(key, message, "append")
         self.stats[f"edge states: {recipe}"] += 1

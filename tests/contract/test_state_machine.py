@@ -11,8 +11,7 @@ keeps nothing beyond its object):
   (times read back, within the call's window), a frozen clock (every id of a run made in
   one millisecond), and ``flush`` through the async facade;
 - SQLite and PostgreSQL: ``fsync`` on the wall clock, ``flush`` on the manual clock with
-  the storage capability (PostgreSQL: a schema per store; the wall-clock run is a fixed
-  set of programs in lean runs, its extra rounds other fixed sets);
+  the storage capability (PostgreSQL: a schema per store);
 - the in-memory store, on the manual and the wall clock.
 
 The backends' stores come from ``helpers/stores.py``, as for the rest of tests/contract.
@@ -30,9 +29,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pytest
-from _budget import SOAK, machine_settings
+from _budget import machine_settings
 from _summary import record
-from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 from stores import STORAGE, Backend, opener
 
@@ -52,7 +50,6 @@ class Machine(NamedTuple):
     examples: int
     soak_examples: int
     steps: int = 50
-    fixed: bool = False  #: a fixed set of programs (derandomized) in lean runs
 
 
 MACHINES: dict[str, Machine] = {
@@ -62,7 +59,7 @@ MACHINES: dict[str, Machine] = {
     "jsonl-flush-frozen-clock": Machine("jsonl-flush", "flush", "frozen", True, 10, 200),
     "sqlite-fsync-wall-clock": Machine("sqlite", "fsync", "wall", False, 4, 80, steps=40),
     "sqlite-flush-manual-clock-storage": Machine("sqlite", "flush", "manual", True, 10, 140, steps=40),
-    "postgres-fsync-wall-clock": Machine("postgres", "fsync", "wall", False, 3, 60, steps=30, fixed=True),
+    "postgres-fsync-wall-clock": Machine("postgres", "fsync", "wall", False, 4, 60, steps=30),
     "postgres-flush-manual-clock-storage": Machine("postgres", "flush", "manual", True, 8, 100, steps=30),
     "memory-manual-clock": Machine("memory", "fsync", "manual", False, 15, 350),
     "memory-wall-clock": Machine("memory", "fsync", "wall", False, 6, 150),
@@ -97,7 +94,7 @@ def test_store_agrees_with_model(name: str, request: pytest.FixtureRequest) -> N
     wanted = Profile(name, chosen.max_examples, chosen.stateful_step_count, minimum=1,
                      minimums={"damaged lines": 1, "sessions aged": 1} if config.storage else {})
     try:
-        run_covered(machine, wanted, settings(chosen, derandomize=config.fixed and not SOAK))
+        run_covered(machine, wanted, chosen)
     finally:
         for store in stores:
             store.close()
