@@ -3,11 +3,14 @@ calls per session, lines decoded), never by timing: what ``benchmarks/scale.py``
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import datetime, timezone
+from itertools import accumulate
 from types import FrameType
 
 import orjson
@@ -19,11 +22,15 @@ from syscalls import SyscallProbe
 from jsonl_sessions import (
     ChatMessage,
     CorruptTranscriptError,
+    SessionMetadata,
+    SessionQuery,
     SessionStore,
     codec,
     ids,
+    records,
+    sidecar,
 )
-from jsonl_sessions.jsonl import transcript
+from jsonl_sessions.jsonl import search, transcript
 from jsonl_sessions.jsonl.lines import BOM, CHUNK_BYTES
 from jsonl_sessions.keys import key_to_stem
 from jsonl_sessions.types import from_record
@@ -221,6 +228,179 @@ def test_listing_python_work_grows_with_sessions_not_with_their_length_and_leave
     short = _listing_python_calls(tmp_path / "short", 20, 1)
     assert _listing_python_calls(tmp_path / "long", 20, 2000) == short
     assert _listing_python_calls(tmp_path / "double", 40, 1) <= 2 * short + 40
+
+
+_UTC = timezone.utc
+_NOTHING: dict[str, object] = {"name": None, "agent_alias": None, "principal_id": None, "state": None, "turn_id": None,
+                               "created_at": None, "trim_breadcrumb": None, "context": {}, "parent": None,
+                               "fork_point": None}
+#: Sidecars as another version or tool may have left them, and the metadata each must read
+#: as, written out by hand (a field of the wrong type reads as absent; a turn without a
+#: valid run state too; the context keeps its string entries only).
+_SIDECARS: list[tuple[dict[str, object] | None, dict[str, object]]] = [
+    (None, {}),
+    ({}, {}),
+    ({"key": "k", "format": 1}, {}),
+    ({"key": "k", "format": 1, "name": "n", "agent_alias": "a", "principal_id": "p", "state": "running",
+      "turn_id": "t", "created_at": 1_700_000_000_123, "trim_breadcrumb": True, "context": {"a": "b", "c": 1},
+      "parent": "p0", "fork_point": "f0"},
+     {"name": "n", "agent_alias": "a", "principal_id": "p", "state": "running", "turn_id": "t",
+      "created_at": datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=_UTC), "trim_breadcrumb": True,
+      "context": {"a": "b"}, "parent": "p0", "fork_point": "f0"}),
+    ({"name": 1, "agent_alias": [], "principal_id": None, "state": "asleep", "turn_id": "t", "created_at": "x",
+      "trim_breadcrumb": 1, "context": [], "parent": {}, "fork_point": 2.5}, {}),
+    ({"state": ["running"], "turn_id": 3, "created_at": True, "context": {}}, {}),
+    ({"state": "idle", "turn_id": None, "created_at": -5, "trim_breadcrumb": False, "context": {1: "x", "y": "z"}},
+     {"state": "idle", "created_at": datetime(1969, 12, 31, 23, 59, 59, 995000, tzinfo=_UTC),
+      "trim_breadcrumb": False, "context": {"y": "z"}}),
+]
+
+
+@pytest.mark.parametrize(("meta", "fields"), _SIDECARS)
+def test_a_listed_sessions_metadata_is_read_field_by_field(meta: dict[str, object] | None,
+                                                           fields: dict[str, object]) -> None:
+    want = SessionMetadata(key="k", updated_at=datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=_UTC),
+                           message_count=3, size_bytes=9, **{**_NOTHING, **fields})  # type: ignore[arg-type]
+    assert sidecar.describe("k", meta, 3, 9, 1_700_000_000_123_456_789) == want
+
+
+# -- search: blocks ruled out by byte searches, results unchanged --------------------------
+def _decodes_during(op: Callable[[], object]) -> tuple[object, int]:
+    """``op()`` and how many lines it decoded (calls of ``codec.decode_record``, counted with
+    a profile hook: nothing is patched)."""
+    target = codec.decode_record.__code__
+    calls = 0
+
+    def hook(frame: FrameType, event: str, _arg: object) -> None:
+        nonlocal calls
+        if event == "call" and frame.f_code is target:
+            calls += 1
+
+    sys.setprofile(hook)
+    try:
+        result = op()
+    finally:
+        sys.setprofile(None)
+    return result, calls
+
+
+def test_search_decodes_no_line_of_a_block_that_cannot_hold_the_keyword(tmp_path: pathlib.Path) -> None:
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    texts = [f"héllo wörld, Grüße aus Köln {i} — ça va? 日本語 {i}" for i in range(3000)]
+    store.append_many("k", [ChatMessage("user", t) for t in texts])
+    store.append("other", ChatMessage("user", "the Zebra crossing"))
+
+    found, decoded = _decodes_during(lambda: store.search(SessionQuery("zebra")))
+    assert [m.key for m in found] == ["other"]  # type: ignore[attr-defined]
+    assert decoded <= 1  # only the line that holds it; none of the 3,000 lines without it
+
+    found, decoded = _decodes_during(lambda: store.search(SessionQuery("KÖLN 2999")))
+    assert [m.key for m in found] == ["k"]  # type: ignore[attr-defined]
+
+
+
+def test_search_hands_each_read_to_the_prefilter_as_it_was_read(tmp_path: pathlib.Path) -> None:
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    store.append_many("k", [ChatMessage("user", f"line {i} " + "wörds " * (i % 50)) for i in range(9000)])
+    size = (tmp_path / "store" / (key_to_stem("k") + ".jsonl")).stat().st_size
+    assert size > 2 * CHUNK_BYTES
+    target = records.Prefilter.candidates.__code__
+    handed: list[tuple[int, int]] = []
+
+    def hook(frame: FrameType, event: str, _arg: object) -> None:
+        if event == "call" and frame.f_code is target:
+            block = frame.f_locals["block"]
+            end = frame.f_locals.get("end")
+            handed.append((len(block), len(block) if end is None else end))
+
+    sys.setprofile(hook)
+    try:
+        assert store.search(SessionQuery("absent")) == []
+    finally:
+        sys.setprofile(None)
+    # every block but the last is a whole read of CHUNK_BYTES (not a copy cut at its last
+    # newline and joined to the rest of the line by the next one); the complete lines of
+    # each follow on
+    assert len(handed) >= 3 and all(n == CHUNK_BYTES for n, _end in handed[:-1])
+    assert sum(end for _n, end in handed) == size
+    # each byte is read once, plus the part of a line a read ends in
+    assert sum(n for n, _end in handed) < size + len(handed) * 400
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=30),
+       torn=st.binary(max_size=30).filter(lambda b: b"\n" not in b), block=st.integers(1, 64))
+def test_search_blocks_are_the_complete_lines_in_order(tmp_path_factory: pytest.TempPathFactory, lines: list[bytes],
+                                                       torn: bytes, block: int) -> None:
+    data = b"".join(line + b"\n" for line in lines) + torn
+    path = tmp_path_factory.mktemp("blocks") / "t.jsonl"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = list(search.line_blocks(fd, len(data), block))
+    finally:
+        os.close(fd)
+    assert b"".join(chunk[:end] for _start, chunk, end in got) == data[: len(data) - len(torn)]
+    assert [start for start, _chunk, _end in got] == list(accumulate([0] + [end for _s, _c, end in got]))[:-1]
+    assert all(chunk[end - 1 : end] == b"\n" for _start, chunk, end in got)
+
+
+def _plain_mentions(lines: list[bytes], needle: str) -> bool:
+    """The definition: some complete line decodes to a record with text containing needle."""
+    for line in lines:
+        record = records.decode_or_none(line)
+        if record is not None and any(needle in t.casefold() for t in records.texts(record.get("content"))):
+            return True
+    return False
+
+
+_ALPHABET = st.sampled_from(["a", "b", "s", "S", "k", "K", "i", "I", "f", "t", "ß", "ẞ", "ſ", "İ", "ı", "K", "ﬁ",
+                             "ﬆ", "é", "É", "e\u0301", "\"", "\\", "/", "\n", "\t", " ", "ö", "Ö", "日", "\U0001f600",
+                             "ŉ", "ǰ", "ẖ", "Σ", "ς", "σ", "\x7f", "\u212b", "å", "x"])
+_TEXT = st.lists(_ALPHABET, max_size=12).map("".join)
+_CONTENT = st.one_of(_TEXT, st.lists(st.one_of(_TEXT, st.builds(lambda t: {"type": "text", "text": t}, _TEXT)),
+                                    max_size=3),
+                     st.builds(lambda t: {"text": t}, _TEXT), st.none(), st.integers(-5, 5))
+
+
+def _encode(record: dict[str, object], how: int) -> bytes:
+    if how == 0:
+        return orjson.dumps(record)  # raw UTF-8, only the escapes JSON requires
+    if how == 1:
+        return json.dumps(record, ensure_ascii=True).encode()  # every non-ASCII character as \uXXXX
+    if how == 2:
+        return json.dumps(record, ensure_ascii=False).replace("/", "\\/").encode()  # escaped slashes
+    return json.dumps(record).encode().replace(b"a", b"\\u0061")  # an ASCII letter escaped
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(contents=st.lists(st.tuples(_CONTENT, st.integers(0, 3)), max_size=6),
+       needle=st.one_of(_TEXT.filter(bool), st.sampled_from(["ss", "SS", "straße", "i̇", "k", "fi", "st", "a/b", 'a"',
+                                                            "\\", "ﬁ", "σ", "ς", "ö", "x"])),
+       junk=st.lists(st.sampled_from([b"garbage", b"", b"[1]", b'{"role":"user","content":"xa"}']), max_size=2))
+def test_the_block_prefilter_never_changes_what_search_finds(contents: list[tuple[object, int]], needle: str,
+                                                             junk: list[bytes]) -> None:
+    lines = [_encode({"id": f"{i:03d}", "created_at": 1, "role": "user", "kind": "message", "content": c}, how)
+             for i, (c, how) in enumerate(contents)] + junk
+    folded = needle.casefold()
+    block = b"".join(line + b"\n" for line in lines)
+    want = _plain_mentions(lines, folded)
+    assert search.block_mentions(block, folded, records.Prefilter(folded)) == want
+    for tail in lines[:1] + junk[:1]:  # bytes after the end (the start of the next line) never count
+        assert search.block_mentions(block + tail, folded, records.Prefilter(folded), len(block)) == want
+    for line in lines:  # and line by line, each its own block
+        one = search.block_mentions(line + b"\n", folded, records.Prefilter(folded))
+        assert one == _plain_mentions([line], folded)
+
+
+def test_the_table_of_non_ascii_characters_folding_to_ascii_is_this_pythons() -> None:
+    found: dict[str, set[str]] = {}
+    for cp in range(0x80, sys.maxunicode + 1):
+        c = chr(cp)
+        for ch in c.casefold():
+            if ch.isascii():
+                found.setdefault(ch, set()).add(c)
+    assert {k: set(v) for k, v in records.FOLDS_TO_ASCII.items()} == found
 
 
 # -- rewrite_messages: messages read back are encoded as they are, not copied --------------
