@@ -105,13 +105,14 @@ def check_coverage(stats: Mapping[str, int], profile: str | Profile = "ci") -> N
         raise CoverageError(chosen.name, short, stats)
 
 
-def run_covered(machine: type[SessionStoreMachine], profile: Profile, run_settings: settings | None = None) -> None:
+def run_covered(machine: type[SessionStoreMachine], profile: Profile, run_settings: settings | None = None, *,
+                extra_rounds: int = EXTRA_ROUNDS) -> None:
     """Run ``machine`` (with ``run_settings``, default the profile's) until its counters
-    reach ``profile``'s minimums: up to :data:`EXTRA_ROUNDS` more rounds when a round falls
+    reach ``profile``'s minimums: up to ``extra_rounds`` more rounds when a round falls
     short, then :class:`CoverageError`. A failure of the machine propagates at once. A
     derandomized run stays repeatable: its extra rounds use the fixed seeds 1, 2, ..."""
     chosen = run_settings or profile.settings()
-    for extra in range(EXTRA_ROUNDS + 1):
+    for extra in range(extra_rounds + 1):
         if extra and chosen.derandomize:  # a fixed run: each extra round other fixed programs
             seed(extra)(machine)
             chosen = settings(chosen, database=None)
@@ -120,7 +121,7 @@ def run_covered(machine: type[SessionStoreMachine], profile: Profile, run_settin
             check_coverage(machine.stats, profile)
             return
         except CoverageError:
-            if extra == EXTRA_ROUNDS:
+            if extra == extra_rounds:
                 raise
             machine.stats["extra rounds"] += 1  # a thin draw: run as many programs again
 
