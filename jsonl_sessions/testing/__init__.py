@@ -7,6 +7,10 @@ own :class:`~jsonl_sessions.SessionStore` does, with the same tools:
 - :class:`ReferenceStore` (``reference.py``): the reference model, what every method
   returns and changes as plain Python over a dict of lists (``reference.page``: page
   semantics), used by everything below.
+- :func:`check_backend` (``profiles.py``): the state machine on a backend in one call,
+  under a profile (``quick``, ``ci``, ``soak``) that also fails a run that exercised too
+  little (:class:`CoverageError`); a failure is a :class:`Mismatch` naming the operation,
+  with the model's result next to the store's and the failing program as a pytest test.
 - :func:`make_state_machine` (``machine.py``): a Hypothesis state machine built from a
   ``factory(path)``, checking every method against the reference model (options: a
   manual or frozen clock, a ``storage`` capability); run it with
@@ -54,19 +58,27 @@ from .faults import (
 )
 from .machine import ManualClock, make_state_machine
 from .memory import MemorySessionStore
+from .profiles import PROFILES, CoverageError, Profile, check_backend, check_coverage
 from .reference import ReferenceStore
+from .report import Mismatch
 
 __all__ = [
     "ERRNOS",
     "KINDS",
+    "PROFILES",
+    "CoverageError",
     "FaultInjector",
     "FaultLoopReport",
     "JsonlFileDamage",
     "ManualClock",
     "MemorySessionStore",
+    "Mismatch",
     "PowerLossReport",
+    "Profile",
     "ReferenceStore",
     "SessionStoreContract",
+    "check_backend",
+    "check_coverage",
     "check_power_loss",
     "fault_loop",
     "make_state_machine",

@@ -45,7 +45,9 @@ from __future__ import annotations
 import inspect
 import math
 import re
+import sys
 import threading
+import time
 import typing
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -412,6 +414,119 @@ class SessionStoreContract:
             pytest.skip("the backend does not offer the `damage` capability")
         return damage
 
+    # -- what each write does (named for the behaviour: a bug fails its own test first) --
+    def test_remove_last_removes_the_last_message(self, seeded: SessionBackend) -> None:
+        """``remove_last`` takes the newest message (with ``expected_id``: only that one)."""
+        ids = [m.id for m in seeded.load(KEY)]
+        assert seeded.remove_last(KEY, expected_id=ids[0]) is False, "remove_last with a stale expected_id acted"
+        assert [m.id for m in seeded.load(KEY)] == ids, "remove_last with a stale expected_id changed the session"
+        assert seeded.remove_last(KEY, expected_id=ids[-1]) is True, "remove_last(expected_id=the last id) refused"
+        assert [m.id for m in seeded.load(KEY)] == ids[:-1], "remove_last did not remove exactly the last message"
+        assert seeded.remove_last(KEY) is True, 'remove_last of the last message refused'
+        assert [m.id for m in seeded.load(KEY)] == ids[:-2], "a second remove_last did not remove the new last one"
+        assert seeded.get_message_count(KEY) == len(ids) - 2, "get_message_count after remove_last"
+
+    def test_a_new_id_is_never_one_removed_from_the_end(self, seeded: SessionBackend) -> None:
+        """After ``remove_last``, the next append gets an id that is new (a compare-and-remove
+        holding the removed id must never take the newcomer for it)."""
+        removed = seeded.load(KEY)[-1].id
+        assert seeded.remove_last(KEY) is True, 'remove_last refused'
+        new = seeded.append(KEY, {"role": "user", "content": "again"})
+        assert new != removed, f"append handed out {new!r} again, the id remove_last just removed"
+        assert new > seeded.load(KEY)[-2].id, "the new id does not sort after the previous message"
+        assert seeded.remove_last(KEY, expected_id=removed) is False, "remove_last took the newcomer for the removed"
+
+    def test_update_last_replaces_the_last_message(self, seeded: SessionBackend) -> None:
+        before = seeded.load(KEY)
+        assert seeded.update_last(KEY, {"role": "assistant", "content": "edited"}) is True, "update_last refused"
+        after = seeded.load(KEY)
+        assert [m.content for m in after] == [m.content for m in before[:-1]] + ["edited"], (
+            "update_last did not replace the last message's content")
+        assert after[-1].id == before[-1].id and after[-1].created_at == before[-1].created_at, (
+            "update_last without an id or time must keep the last message's")
+        assert seeded.get_message_count(KEY) == len(before), "update_last changed the count"
+
+    def test_truncate_keeps_up_to_the_given_message(self, seeded: SessionBackend) -> None:
+        ids = [m.id for m in seeded.load(KEY)]
+        assert seeded.truncate_messages(KEY, ids[0]) == len(ids) - 1, "truncate_messages returned a wrong count"
+        assert [m.id for m in seeded.load(KEY)] == ids[:1], "truncate_messages did not keep exactly up to the id"
+        assert seeded.get_message_count(KEY) == 1, "get_message_count after truncate_messages"
+        assert seeded.truncate_messages(KEY, ids[0]) == 0, "truncating at the last message removed something"
+
+    def test_message_count_follows_every_change(self, seeded: SessionBackend) -> None:
+        """``get_message_count`` equals ``len(load(key))`` after each kind of write."""
+        changes: list[tuple[str, Callable[[], Any]]] = [
+            ("append", lambda: seeded.append(KEY, {"role": "user", "content": "a"})),
+            ("append_many", lambda: seeded.append_many(KEY, [{"role": "user"}, {"role": "assistant"}])),
+            ("remove_last", lambda: seeded.remove_last(KEY)),
+            ("update_last", lambda: seeded.update_last(KEY, {"role": "user", "content": "u"})),
+            ("truncate_messages", lambda: seeded.truncate_messages(KEY, seeded.load(KEY)[1].id)),
+            ("rewrite_messages", lambda: seeded.rewrite_messages(KEY, [{"role": "user"}] * 3)),
+            ("replace_conversation_state", lambda: seeded.replace_conversation_state(KEY, [{"role": "user"}], True)),
+            ("clear_messages", lambda: seeded.clear_messages(KEY)),
+        ]
+        for name, change in changes:
+            change()
+            assert seeded.get_message_count(KEY) == len(seeded.load(KEY)), f"get_message_count is stale after {name}"
+            md = seeded.get_session_metadata(KEY)
+            assert md is not None and md.message_count == len(seeded.load(KEY)), f"message_count stale after {name}"
+
+    def test_fork_copies_up_to_the_fork_point_and_records_it(self, seeded: SessionBackend) -> None:
+        msgs = seeded.load(KEY)
+        point = seeded.copy_messages(KEY, "fork", up_to_message_id=msgs[1].id)
+        assert point == msgs[1].id, f"copy_messages returned {point!r}, not the fork point {msgs[1].id!r}"
+        assert seeded.load("fork") == msgs[:2], "the fork does not hold the source's messages up to the fork point"
+        md = seeded.get_session_metadata("fork")
+        assert md is not None and (md.parent, md.fork_point) == (KEY, msgs[1].id), (
+            f"the fork records parent {md and md.parent!r} and fork_point {md and md.fork_point!r}")
+        assert seeded.copy_messages(KEY, "whole") == msgs[-1].id and seeded.load("whole") == msgs, "a whole fork"
+        assert seeded.load(KEY) == msgs, "forking changed the source"
+
+    def test_page_cursors_walk_the_history(self, seeded: SessionBackend) -> None:
+        """Pages of every size, walked back with ``before`` and forward with ``after``,
+        make up the history exactly (also when the limit meets the length)."""
+        seeded.append_many(KEY, [{"role": "user", "content": str(i)} for i in range(4)])
+        msgs = seeded.load(KEY)
+        for limit in range(1, len(msgs) + 2):
+            got: list[Any] = []
+            page = seeded.page(KEY, limit=limit)
+            got[:0] = page.messages
+            while page.has_more:
+                assert page.before is not None, f"page(limit={limit}) has more but no before cursor"
+                page = seeded.page(KEY, limit=limit, before=page.before)
+                got[:0] = page.messages
+            assert got == msgs, f"pages of {limit} walked back with before= do not make up the history"
+            got, page = [], seeded.page(KEY, limit=limit, after="")
+            got += page.messages
+            while page.has_more:
+                assert page.after is not None, f"page(limit={limit}, after=...) has more but no after cursor"
+                page = seeded.page(KEY, limit=limit, after=page.after)
+                got += page.messages
+            assert got == msgs, f"pages of {limit} walked forward with after= do not make up the history"
+
+    def test_whole_turns_page_keeps_a_tool_call_with_its_result(self, seeded: SessionBackend) -> None:
+        seeded.append_many("turns", [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
+            {"role": "tool", "content": "done", "tool_call_id": "c1"},
+            {"role": "assistant", "content": "ok"}])
+        page = seeded.page("turns", limit=2, whole_turns=True)
+        assert [m.role for m in page.messages] == ["assistant", "tool", "assistant"], (
+            f"page(whole_turns=True) split a tool call from its result: {[m.role for m in page.messages]}")
+
+    def test_replace_if_exists_never_recreates_a_deleted_session(self, seeded: SessionBackend) -> None:
+        assert seeded.delete_session(OTHER) is True, 'delete_session of an existing session returned False'
+        before = snapshot(seeded)
+        assert seeded.replace_conversation_state_if_exists(OTHER, [{"role": "user", "content": "x"}], True) is False, (
+            "replace_conversation_state_if_exists recreated a deleted session")
+        self._unchanged(seeded, before, "replace_conversation_state_if_exists on a deleted session")
+
+    def test_search_ignores_case(self, seeded: SessionBackend) -> None:
+        for keyword in ("HELLO", "Hello", "hello", "CONTRACT SESSION", "Other"):
+            found = [md.key for md in seeded.search(SessionQuery(keyword))]
+            assert KEY in found or OTHER in found, f"search({keyword!r}) missed a match in another case: {found}"
+        assert [md.key for md in seeded.search(SessionQuery("BE BRIEF"))] == [KEY], "search('BE BRIEF')"
+
     # -- keys ---------------------------------------------------------------------------
     @pytest.mark.parametrize("method", sorted(KEYED_METHODS))
     def test_invalid_key_is_refused(self, seeded: SessionBackend, method: str) -> None:
@@ -428,7 +543,7 @@ class SessionStoreContract:
     def test_missing_session(self, seeded: SessionBackend, method: str) -> None:
         """The documented result on a missing session (never created, or deleted), and no
         session created."""
-        assert seeded.delete_session(OTHER) is True
+        assert seeded.delete_session(OTHER) is True, 'delete_session of an existing session returned False'
         for missing in ("missing", OTHER):
             before = snapshot(seeded, keys=(missing,))
             expected = ON_MISSING[method]
@@ -439,18 +554,12 @@ class SessionStoreContract:
             else:
                 assert KEYED_METHODS[method](seeded, missing) == expected
             assert snapshot(seeded, keys=(missing,)) == before, f"{method} on a missing session changed the store"
-            assert not seeded.session_exists(missing)
+            assert not seeded.session_exists(missing), 'a call on a missing session created it'
 
     def test_empty_append_many_creates_nothing(self, seeded: SessionBackend) -> None:
         before = snapshot(seeded, keys=("missing",))
         assert seeded.append_many("missing", []) == []
         assert snapshot(seeded, keys=("missing",)) == before
-
-    def test_replace_if_exists_never_recreates_a_deleted_session(self, seeded: SessionBackend) -> None:
-        assert seeded.delete_session(OTHER) is True
-        before = snapshot(seeded)
-        assert seeded.replace_conversation_state_if_exists(OTHER, [{"role": "user", "content": "x"}], True) is False
-        self._unchanged(seeded, before, "replace_conversation_state_if_exists on a deleted session")
 
     # -- messages -----------------------------------------------------------------------
     @pytest.mark.parametrize("writer", WRITERS)
@@ -551,8 +660,8 @@ class SessionStoreContract:
         (MessageNotFoundError, as an unknown id does for either cursor)."""
         msgs = [m.to_dict() for m in seeded.load(KEY)]
         page = seeded.page(KEY, limit=2, after="")
-        assert [m.to_dict() for m in page.messages] == msgs[:2] and page.has_more and page.before is None
-        assert page.after == msgs[1]["id"]
+        assert [m.to_dict() for m in page.messages] == msgs[:2] and page.has_more and page.before is None, "page(limit=2, after='') is not the first two messages, with more after them"
+        assert page.after == msgs[1]["id"], "page(limit=2, after='').after is not the second message's id"
         cursors: list[dict[str, Any]] = [{"before": ""}, {"before": "0" * 26}, {"after": "0" * 26}, {"before": "x"},
                                          {"after": "x"}]
         for cursor in cursors:
@@ -565,27 +674,27 @@ class SessionStoreContract:
         is stored and read back exactly, by every writer."""
         edges = [0, -1, -(2**63), 2**63 - 1, 2**63, 2**64 - 1]
         ids = seeded.append_many("edges", [{"role": "user", "content": str(v), "created_at": v} for v in edges])
-        assert [m.created_at for m in seeded.load("edges")] == edges
+        assert [m.created_at for m in seeded.load("edges")] == edges, 'append_many did not keep every created_at edge value exactly'
         assert [m.created_at for m in seeded.get_messages("edges", offset=3)] == edges[3:]
         assert [m.created_at for m in seeded.page("edges", limit=2).messages] == edges[-2:]
         got = seeded.get_message("edges", ids[-1])
-        assert got is not None and got.created_at == 2**64 - 1
+        assert got is not None and got.created_at == 2**64 - 1, 'get_message lost the largest created_at'
         stamped = seeded.load_with_timestamps("edges")  # beyond a datetime's years 1 to 9999: None
         assert [t.created_at for t in stamped] == [datetime(1970, 1, 1, tzinfo=timezone.utc),
                                                    datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc),
                                                    None, None, None, None]
         assert seeded.append("edges", {"role": "user", "content": "one", "created_at": 2**63 + 1})
         assert seeded.update_last("edges", {"role": "user", "content": "new", "created_at": 2**64 - 2}) is True
-        assert seeded.load("edges")[-1].created_at == 2**64 - 2
+        assert seeded.load("edges")[-1].created_at == 2**64 - 2, 'update_last did not keep its created_at'
         assert seeded.copy_messages("edges", "edges copy") == seeded.load("edges")[-1].id
-        assert [m.created_at for m in seeded.load("edges copy")] == edges + [2**64 - 2]
+        assert [m.created_at for m in seeded.load("edges copy")] == edges + [2**64 - 2], 'copy_messages did not keep the created_at values'
         seeded.rewrite_messages("edges", [{"role": "user", "content": "r", "created_at": 2**63}])
         seeded.replace_conversation_state("edges copy", [{"role": "user", "created_at": 2**64 - 1}], True)
-        assert [m.created_at for m in seeded.load("edges")] == [2**63]
-        assert [m.created_at for m in seeded.load("edges copy")] == [2**64 - 1]
+        assert [m.created_at for m in seeded.load("edges")] == [2**63], 'rewrite_messages did not keep created_at 2**63'
+        assert [m.created_at for m in seeded.load("edges copy")] == [2**64 - 1], 'replace_conversation_state did not keep created_at 2**64 - 1'
         assert seeded.page("edges copy", ts_before=2**64).messages[0].created_at == 2**64 - 1
         assert seeded.page("edges copy", ts_before=2**64 - 1).messages == []
-        assert seeded.remove_last("edges copy") is True
+        assert seeded.remove_last("edges copy") is True, 'remove_last refused'
 
     # -- metadata -----------------------------------------------------------------------
     def test_bad_metadata_value_is_refused(self, seeded: SessionBackend) -> None:
@@ -611,38 +720,50 @@ class SessionStoreContract:
         assert seeded.delete_session_owned(KEY, "ALICE") is False
         self._unchanged(seeded, before, "delete_session_owned with the wrong owner")
         assert seeded.delete_session_owned(KEY, "alice") is True
-        assert not seeded.session_exists(KEY)
+        assert not seeded.session_exists(KEY), 'delete_session_owned by the owner did not delete the session'
 
     def test_cleanup_spares_running_and_fresh_sessions(self, seeded: SessionBackend) -> None:
         before = snapshot(seeded)
-        assert seeded.cleanup_stale(10**6) == 0
+        assert seeded.cleanup_stale(10**6) == 0, 'cleanup_stale with a long TTL deleted a session'
         self._unchanged(seeded, before, "cleanup_stale with a long TTL")
-        assert seeded.cleanup_stale(0) == 1  # OTHER; KEY is running
-        assert seeded.list_sessions() == [KEY]
+        assert seeded.cleanup_stale(0) == 1, 'cleanup_stale(0) did not delete exactly the session not running'  # OTHER; KEY is running
+        assert seeded.list_sessions() == [KEY], 'cleanup_stale(0) deleted a running session'
 
     # -- the guard ----------------------------------------------------------------------
     def test_lock_makes_several_calls_one_unit(self, seeded: SessionBackend) -> None:
         """``lock(key)``: an invalid key is refused; the holder's own calls work inside
-        (reentrant, nested too); another thread waits until the block ends."""
+        (reentrant, nested too); another thread waits until the block ends.
+
+        The other thread records, on entering, whether the holder still held the guard, so
+        an entry while held is caught whenever it happens, not only within a wait. The
+        holder keeps the guard until the other thread has called ``lock`` (its stack is seen
+        in the store's code, or it has finished), then 0.2 s more: a guard that does not
+        exclude could only pass if the other thread stalled inside ``lock`` that long."""
         for bad_key in INVALID_KEYS:
             with pytest.raises(InvalidSessionKeyError), seeded.lock(bad_key):
                 pass
-        entered = threading.Event()
+        held = threading.Event()
+        inside = threading.Event()
+        seen_held: list[bool] = []
 
         def other() -> None:
             with seeded.lock(KEY):
-                entered.set()
+                seen_held.append(held.is_set())
+                inside.set()
 
         with seeded.lock(KEY):
+            held.set()
             with seeded.lock(KEY):
                 seeded.append(KEY, {"role": "user", "content": "inside"})
-            thread = threading.Thread(target=other)
+            thread = threading.Thread(target=other, daemon=True)
             thread.start()
-            assert not entered.wait(0.2), "another thread entered the guard while it was held"
-            seeded.remove_last(KEY)
+            _wait_until_called_into_store(thread)
+            assert not inside.wait(0.2), "another thread entered the guard while it was held"
+            assert [m.content for m in seeded.load(KEY)][-1] == "inside", "the holder's own append is not there"
+            held.clear()
         thread.join(30)
-        assert entered.is_set(), "the guard was not released"
-        assert [m.content for m in seeded.load(KEY)][-1] == [{"type": "text", "text": "hello"}]
+        assert inside.is_set(), "the guard was not released: the other thread never entered"
+        assert seen_held == [False], "another thread entered the guard while it was held"
 
     # -- verify -------------------------------------------------------------------------
     def test_a_fresh_store_verifies_clean(self, store: SessionBackend) -> None:
@@ -681,13 +802,13 @@ class SessionStoreContract:
         damage.append_raw(KEY, b'{"role": 5, "garbage"\n')
         raw = damage.raw(KEY)
         report = seeded.verify()
-        assert not report.ok
+        assert not report.ok, 'verify found nothing wrong with a corrupt line'
         assert {f.key for f in report.problems} == {KEY}, report.problems
         assert [(f.line, f.offset) for f in report.problems if f.line is not None] == [(len(good) + 1, offset)]
-        assert not any(f.fixable for f in report.problems)
-        assert seeded.verify([OTHER]).ok
+        assert not any(f.fixable for f in report.problems), 'verify called a corrupt line fixable'
+        assert seeded.verify([OTHER]).ok, 'verify of the healthy session found a problem'
         after_fix = seeded.verify(fix=True)
-        assert after_fix.fixed == [] and after_fix.problems == report.problems
+        assert after_fix.fixed == [] and after_fix.problems == report.problems, 'verify(fix=True) fixed or found something else'
         assert damage.raw(KEY) == raw, "verify changed a damaged session"
 
     def test_corrupt_line_is_reported_precisely_and_refused(self, seeded: SessionBackend, damage: Any) -> None:
@@ -701,7 +822,7 @@ class SessionStoreContract:
         with pytest.raises(CorruptTranscriptError) as info:
             seeded.try_load(KEY)
         assert (info.value.line, info.value.offset) == (len(good) + 1, offset), info.value
-        assert [m.content for m in seeded.load(KEY)] == [m.content for m in good] + ["after"]
+        assert [m.content for m in seeded.load(KEY)] == [m.content for m in good] + ["after"], 'load does not skip the corrupt line and keep the rest'
         raw = damage.raw(KEY)
         refusals: dict[str, Callable[[], Any]] = {
             "rewrite_messages": lambda: seeded.rewrite_messages(KEY, []),
@@ -728,8 +849,8 @@ class SessionStoreContract:
                 seeded.remove_last(KEY)
             else:
                 seeded.update_last(KEY, {"role": "user", "content": "x"})
-        assert info.value.offset == raw.rindex(b"not json")
-        assert damage.raw(KEY) == raw
+        assert info.value.offset == raw.rindex(b"not json"), "the error does not name the corrupt line's byte offset"
+        assert damage.raw(KEY) == raw, 'a refused write changed the stored bytes'
 
     @pytest.mark.parametrize("method", ["remove_last", "update_last", "try_load", "truncate_messages", "compact"])
     def test_offsets_count_lines_edited_behind_the_store(self, seeded: SessionBackend, damage: Any,
@@ -757,17 +878,31 @@ class SessionStoreContract:
         with pytest.raises(CorruptTranscriptError) as info:
             calls[method]()
         assert (info.value.line, info.value.offset) == (3, raw.rindex(b"not json")), info.value
-        assert damage.raw(KEY) == raw
+        assert damage.raw(KEY) == raw, 'the stored bytes changed'
 
     def test_torn_tail_is_not_a_message_nor_an_error(self, seeded: SessionBackend, damage: Any) -> None:
         damage = self._damage(damage)
         good = seeded.try_load(KEY)
         damage.append_raw(KEY, b'{"id":"7ZZZZZZZZZZZZZZZZZZZZZZZZZ","role":"user","content":"cut')
-        assert seeded.try_load(KEY) == good
-        assert seeded.get_message_count(KEY) == len(good)
+        assert seeded.try_load(KEY) == good, 'a torn tail was read as a message (or as an error)'
+        assert seeded.get_message_count(KEY) == len(good), 'a torn tail was counted as a message'
         new = seeded.append(KEY, {"role": "user", "content": "next"})
-        assert [m.id for m in seeded.try_load(KEY)] == [m.id for m in good] + [new]
-        assert damage.raw(KEY).endswith(b"\n")
+        assert [m.id for m in seeded.try_load(KEY)] == [m.id for m in good] + [new], 'the append after a torn tail did not replace it'
+        assert damage.raw(KEY).endswith(b"\n"), 'the torn tail was left after the next append'
+
+
+def _wait_until_called_into_store(thread: threading.Thread, timeout: float = 30.0) -> None:
+    """Return once ``thread`` runs code below its own function (it has called ``lock``:
+    entered it, or is waiting in it), or has finished."""
+    deadline = time.monotonic() + timeout
+    while thread.is_alive() and time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident or -1)
+        depth = 0
+        while frame is not None and frame.f_code.co_name != "other":
+            frame, depth = frame.f_back, depth + 1
+        if frame is not None and depth > 0:
+            return
+        time.sleep(0.001)
 
 
 def _raises(error: type[BaseException], what: str, call: Callable[..., Any], *args: Any) -> BaseException:

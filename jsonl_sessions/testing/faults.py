@@ -108,7 +108,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import orjson
 
@@ -264,13 +264,62 @@ class FaultInjector:
 Observer = Callable[[Any], Hashable]
 
 
+class SessionSeen(NamedTuple):
+    """What :func:`observer` sees of one session (every field named, so a report of two
+    states that differ says which field does)."""
+
+    key: str
+    exists: bool
+    messages: str  #: repr of (role, kind, content, extra) per message
+    metadata: MetadataSeen | None
+
+
+class MetadataSeen(NamedTuple):
+    """The metadata fields an id- and time-agnostic view compares."""
+
+    name: str | None
+    agent_alias: str | None
+    principal_id: str | None
+    state: str | None
+    turn_id: str | None
+    trim_breadcrumb: bool | None
+    context: tuple[tuple[str, str], ...]
+    parent: str | None
+    message_count: int
+
+
+class ExactSessionSeen(NamedTuple):
+    """What :func:`exact_observer` sees of one session: messages as stored, ids and times too."""
+
+    key: str
+    exists: bool
+    messages: tuple[bytes, ...]  #: each message's JSON
+    trim_breadcrumb: bool | None
+    metadata: ExactMetadataSeen | None
+
+
+class ExactMetadataSeen(NamedTuple):
+    name: str | None
+    agent_alias: str | None
+    principal_id: str | None
+    state: str | None
+    turn_id: str | None
+    trim_breadcrumb: bool | None
+    context: tuple[tuple[str, str], ...]
+    parent: str | None
+    fork_point: str | None
+    message_count: int
+    created_at: Any
+
+
 def observer(*keys: str, check_ids: bool = True) -> Observer:
     """An id-agnostic view of sessions ``keys`` (so the state of two runs of the same
     mutation compares equal): existence, every message's role, kind, content and extras
     (strict ``try_load``: corruption raises), metadata (names, attribution, owner, run
-    state, context, breadcrumb, fork parent, count). ``check_ids``: also check that ids
-    strictly increase (off for a state holding a duplicated line on purpose: that state is
-    read with the lenient ``load``, as strict reads refuse a repeated id)."""
+    state, context, breadcrumb, fork parent, count), as :class:`SessionSeen` tuples.
+    ``check_ids``: also check that ids strictly increase (off for a state holding a
+    duplicated line on purpose: that state is read with the lenient ``load``, as strict
+    reads refuse a repeated id)."""
 
     def observe(store: Any) -> Hashable:
         out = []
@@ -279,11 +328,11 @@ def observer(*keys: str, check_ids: bool = True) -> Observer:
             ids = [m.id for m in messages]
             assert not check_ids or ids == sorted(set(ids)), f"{key!r}: ids do not strictly increase: {ids}"
             md = store.get_session_metadata(key)
-            meta = None if md is None else (md.name, md.agent_alias, md.principal_id, md.state, md.turn_id,
-                                            md.trim_breadcrumb, tuple(sorted(md.context.items())), md.parent,
-                                            md.message_count)
-            out.append((key, store.session_exists(key), repr([(m.role, m.kind, m.content, m.extra) for m in messages]),
-                        meta))
+            meta = None if md is None else MetadataSeen(
+                md.name, md.agent_alias, md.principal_id, md.state, md.turn_id, md.trim_breadcrumb,
+                tuple(sorted(md.context.items())), md.parent, md.message_count)
+            out.append(SessionSeen(key, store.session_exists(key),
+                                   repr([(m.role, m.kind, m.content, m.extra) for m in messages]), meta))
         return tuple(out)
 
     return observe
@@ -841,18 +890,19 @@ def _torn(target: int, at: int, cut: int, fill: str) -> Choice:
 # == power loss: the check ====================================================================
 def exact_observer(*keys: str) -> Observer:
     """What a fresh store shows of sessions ``keys``, ids and times included: existence,
-    every message (strict ``try_load``), breadcrumb, metadata (not activity time or size)."""
+    every message (strict ``try_load``), breadcrumb, metadata (not activity time or size),
+    as :class:`ExactSessionSeen` tuples."""
 
     def observe(store: Any) -> Hashable:
         out = []
         for key in keys:
             md = store.get_session_metadata(key)
-            meta = None if md is None else (md.name, md.agent_alias, md.principal_id, md.state, md.turn_id,
-                                            md.trim_breadcrumb, tuple(sorted(md.context.items())), md.parent,
-                                            md.fork_point, md.message_count, md.created_at)
-            out.append((key, store.session_exists(key),
-                        tuple(orjson.dumps(m.to_dict()) for m in store.try_load(key)),
-                        store.get_session_trim_breadcrumb(key), meta))
+            meta = None if md is None else ExactMetadataSeen(
+                md.name, md.agent_alias, md.principal_id, md.state, md.turn_id, md.trim_breadcrumb,
+                tuple(sorted(md.context.items())), md.parent, md.fork_point, md.message_count, md.created_at)
+            out.append(ExactSessionSeen(key, store.session_exists(key),
+                                        tuple(orjson.dumps(m.to_dict()) for m in store.try_load(key)),
+                                        store.get_session_trim_breadcrumb(key), meta))
         return tuple(out)
 
     return observe
@@ -1074,12 +1124,16 @@ __all__ = [
     "KINDS",
     "TORN_KINDS",
     "Call",
+    "ExactMetadataSeen",
+    "ExactSessionSeen",
     "FaultInjector",
     "FaultLoopReport",
     "JsonlFileDamage",
+    "MetadataSeen",
     "Op",
     "PowerLossReport",
     "Recorder",
+    "SessionSeen",
     "Step",
     "Timeline",
     "check_power_loss",

@@ -72,6 +72,7 @@ from __future__ import annotations
 import itertools
 import pathlib
 import shutil
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -83,8 +84,9 @@ from typing import Any, Protocol
 
 import orjson
 import pytest
-from hypothesis import assume
+from hypothesis import assume, note
 from hypothesis import strategies as st
+from hypothesis.control import current_build_context
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from .. import ids as ulid
@@ -100,6 +102,7 @@ from ..types import ChatMessage, SessionMetadata, SessionQuery, as_message
 from . import strategies
 from .reference import EPOCH, ReferenceStore, texts_of
 from .reference import page as reference_page
+from .report import Mismatch, Program, RecordingStore, touched_keys
 
 # == state, clock and shared helpers ========================================================
 #: How far (ms) a time the store chose may lie outside the wall-clock window of the call
@@ -168,6 +171,14 @@ class StorageProbe(Protocol):
         """Assert that storage holds only the store's own files (no temp files, no
         orphans, nothing beside it); the number of quarantine files."""
         ...
+
+
+def _final_run() -> bool:
+    """Whether Hypothesis is replaying the failing example it will report."""
+    try:
+        return bool(current_build_context().is_final)
+    except Exception:  # noqa: BLE001 - outside a Hypothesis test: treat as final
+        return True
 
 
 def expected_message(message: ChatMessage | dict[str, Any], message_id: str, created_at: int) -> ChatMessage:
@@ -248,6 +259,11 @@ batches = (st.lists(rare_large, max_size=4) | strategies.tool_exchanges().map(li
            | st.lists(turn_parts, min_size=1, max_size=6))
 unserializable = st.sampled_from([float("nan"), float("inf"), 2**70, {1: "int key"}, b"bytes", {"set"}])
 
+#: The states :meth:`SessionStoreMachine.edge_state` builds a new session in: no message
+#: left (it exists, empty), one message, two, two with the last removed and another
+#: appended (its id must be new), a fork of a session with a message appended to both.
+EDGE_STATES = ("empty session", "one message", "two messages", "remove then append", "fork then append")
+
 #: What a refused call returns in :meth:`MachineBase.same_outcome`.
 REFUSED = object()
 
@@ -272,15 +288,20 @@ class MachineBase(RuleBasedStateMachine):
         self.tmp = tempfile.mkdtemp(prefix="jsonl-harness-")
         self.path = pathlib.Path(self.tmp, "store")
         self.clock = ManualClock()
-        self.store = self._open()
+        #: The calls of this run as Python, and the sessions the current step touched.
+        self.program = Program()
+        self.touched: set[str | None] = set()
+        self.real = self._open()
+        self.store: Any = RecordingStore(self.real, self.program, self.touched)
         self.persistent = bool(getattr(type(self).factory, "persistent", True)
-                               and getattr(self.store, "persistent", True))
+                               and getattr(self.real, "persistent", True))
         self.ref = ReferenceStore(wall=itertools.count(1).__next__)  # activity: a change counter
         self.model = self.ref.sessions
         self.known: set[str] = set()
         self.damaged: dict[str, Lines] = {}
         self.aged: dict[str, tuple[int, int]] = {}  # key -> (storage time set, model activity then)
         self.quarantined = 0
+        self.removed: dict[str, set[str]] = {}  # key -> ids remove_last took from its end
         self.stats["examples"] += 1
 
     def _open(self) -> SessionBackend:
@@ -294,8 +315,26 @@ class MachineBase(RuleBasedStateMachine):
             close()
 
     def teardown(self) -> None:
-        self._close(self.store)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        failure = sys.exc_info()[1]
+        try:
+            if failure is None:
+                self._agrees(self.real, set(self.known), thorough=True)  # the last state, everything
+            elif _final_run():
+                note(self.reproduction(failure))
+        finally:
+            self._close(self.real)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def reproduction(self, failure: BaseException) -> str:
+        """The calls of this run, and the check that failed, as a pytest test."""
+        if isinstance(failure, Mismatch):
+            if self.program.lines and self.program.lines[-1].endswith(failure.operation):
+                self.program.lines.pop()  # the failed call is the assertion below
+            failing = self.program.assertion(failure.operation, failure.got, failure.want)
+        else:
+            failing = "# then: " + f"{type(failure).__name__}: {failure}".replace("\n", "\n# ")
+        return ("The shortest failing program, as a test (make_store: the factory given to the harness):\n\n"
+                + self.program.as_test(failing))
 
     @property
     def untyped(self) -> Any:
@@ -304,7 +343,40 @@ class MachineBase(RuleBasedStateMachine):
 
     def probe(self, store: SessionBackend | None = None) -> StorageProbe | None:
         storage = type(self).storage
-        return None if storage is None else storage(self.store if store is None else store)
+        return None if storage is None else storage(self.real if store is None else store)
+
+    # -- comparing ----------------------------------------------------------------------
+    def agree(self, got: Any, want: Any, operation: str | None = None) -> Any:
+        """``got`` (the store's result of ``operation``, by default the newest recorded
+        call) must equal the model's ``want``: :class:`Mismatch` otherwise."""
+        if got != want or type(got) is not type(want) and isinstance(want, bool):
+            raise Mismatch(operation or self.program.last, got, want, after=self.program.last)
+        return got
+
+    def ask(self, store: Any, want: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``store.method(...)`` (not recorded: a check) and :meth:`agree` with ``want``."""
+        operation = self.program.call(method, args, kwargs)
+        try:
+            got = getattr(store, method)(*args, **kwargs)
+        except Exception as exc:
+            raise Mismatch(operation, exc, want, f"the store raised {exc!r}; the model returns a value",
+                           after=self.program.last) from exc
+        if got != want or type(got) is not type(want) and isinstance(want, bool):
+            raise Mismatch(operation, got, want, after=self.program.last)
+        return got
+
+    def refuses(self, error: type[BaseException], call: Callable[[], Any], why: str) -> BaseException:
+        """``call()`` (a recorded call) must raise ``error``: the model refuses it (``why``)."""
+        try:
+            got = call()
+        except error as exc:
+            self.stats["errors checked"] += 1
+            return exc
+        except Exception as exc:
+            raise Mismatch(self.program.last, exc, error, f"the model refuses this ({why}) with "
+                           f"{error.__name__}; the store raised {type(exc).__name__}") from exc
+        raise Mismatch(self.program.last, got, error,
+                       f"the model refuses this ({why}) with {error.__name__}; the store returned {got!r}")
 
     # -- time -------------------------------------------------------------------------
     @contextmanager
@@ -328,37 +400,45 @@ class MachineBase(RuleBasedStateMachine):
 
     def created_of(self, key: str, w: Window) -> int:
         """The creation time the store gave ``key`` during ``w``."""
-        md = self.store.get_session_metadata(key)
-        assert md is not None and md.created_at is not None, f"new session {key!r} has no created_at: {md!r}"
+        md = self.real.get_session_metadata(key)
+        assert md is not None and md.created_at is not None, (
+            f"{self.program.last}: the new session {key!r} has no created_at: {md!r}")
         return w.check(to_ms(md.created_at), f"created_at of session {key!r}")
 
     def expect(self, message: ChatMessage | dict[str, Any], key: str, message_id: str, w: Window) -> ChatMessage:
         """The stored form of a message just written with id ``message_id``."""
         given = as_message(message).created_at
         if given is None:
-            got = self.store.get_message(key, message_id)
-            assert got is not None, f"get_message({key!r}, {message_id!r}) found nothing right after it was written"
+            got = self.real.get_message(key, message_id)
+            assert got is not None, (f"{self.program.last}: store.get_message({key!r}, {message_id!r}) found "
+                                     "nothing right after it was written")
             given = w.check(got.created_at, f"created_at of {message_id!r} (given none)")
         return expected_message(message, message_id, given)
 
     def check_new_id(self, key: str, message_id: str, previous: str | None) -> None:
         assert isinstance(message_id, str) and len(message_id) == 26 and ulid.decode(message_id) is not None, (
-            f"{key!r}: a store-assigned id must be a ULID, got {message_id!r}")
+            f"{self.program.last}: a store-assigned id must be a ULID, got {message_id!r}")
         assert previous is None or message_id > previous, (
-            f"{key!r}: id {message_id!r} does not sort after the previous id {previous!r}")
+            f"{self.program.last}: id {message_id!r} does not sort after the previous id {previous!r} of {key!r}")
+        assert message_id not in self.removed.get(key, ()), (
+            f"{self.program.last}: returned id {message_id!r}, the id of a message remove_last removed from {key!r} "
+            "(a compare-and-remove could take the new message for the old one)")
 
     def learn_rewrite(self, key: str, planned: list[tuple[ChatMessage | dict[str, Any], str]], w: Window) -> list[
             ChatMessage]:
         """After a whole-transcript write: the ids the store gave id-less messages (the
         caller's ids kept, all strictly increasing), then the messages as stored."""
+        operation = self.program.last
         loaded = self.store.try_load(key)
-        assert len(loaded) == len(planned), f"{key!r}: wrote {len(planned)} messages, loaded {len(loaded)}"
+        if len(loaded) != len(planned):
+            raise Mismatch(self.program.last, loaded, [m for m, _ in planned],
+                           f"after {operation} wrote {len(planned)} messages, the store loads {len(loaded)}")
         out = []
         prev: str | None = None
         for m, (message, given) in zip(loaded, planned):
             if given:
-                assert m.id == given, f"{key!r}: the caller's id {given!r} was not kept (got {m.id!r})"
-                assert prev is None or m.id > prev
+                assert m.id == given, f"{operation}: the caller's id {given!r} was not kept (got {m.id!r})"
+                assert prev is None or m.id > prev, f"{operation}: ids out of order in {key!r}"
             else:
                 self.check_new_id(key, m.id, prev)
             prev = m.id
@@ -373,13 +453,9 @@ class MachineBase(RuleBasedStateMachine):
         try:
             want = expected()
         except SessionStoreError as exc:
-            with pytest.raises(type(exc)):
-                call()
-            self.stats["errors checked"] += 1
+            self.refuses(type(exc), call, str(exc))
             return REFUSED
-        got = call()
-        assert got == want, f"store returned {got!r}, the model says {want!r}"
-        return got
+        return self.agree(call(), want)
 
     # -- the model ----------------------------------------------------------------------
     def intact(self, key: str) -> bool:
@@ -390,9 +466,21 @@ class MachineBase(RuleBasedStateMachine):
         session = self.model.get(key)
         return None if session is None else session.last_id
 
-    def pick_id(self, data: st.DataObject, key: str, label: str) -> str:
-        """An id of the session (usually) or an unknown one."""
+    def busy(self, data: st.DataObject, key: str) -> str:
+        """Usually a session holding messages (where removals, updates, forks and pages
+        have something to act on), else ``key``: so a run reaches those states early."""
+        full = sorted(k for k, s in self.model.items() if s.messages and self.intact(k))
+        if full and data.draw(st.integers(0, 3), label="a session with messages?") > 0:
+            return data.draw(st.sampled_from(full), label="busy key")
+        return key
+
+    def pick_id(self, data: st.DataObject, key: str, label: str, *, skip_first: bool = False,
+                skip_last: bool = False) -> str:
+        """An id of the session (usually; not the first or last one when told, if there
+        are others: a cursor there has a page on its side) or an unknown one."""
         known = [m.id for m in self.model[key].messages] if key in self.model else []
+        if len(known) > 1:
+            known = known[1 if skip_first else 0 : len(known) - 1 if skip_last else len(known)]
         if known and data.draw(st.integers(0, 4), label=f"{label} known?") > 0:
             return data.draw(st.sampled_from(known), label=label)
         return data.draw(st.sampled_from(UNKNOWN_IDS), label=label)
@@ -412,21 +500,27 @@ class MachineBase(RuleBasedStateMachine):
         if aged is not None and probe is not None:
             assert probe.changed_at(key) != aged[0], f"{key!r} was rewritten but still shows the time it was aged"
 
-    def check_metadata(self, store: SessionBackend, md: SessionMetadata, key: str) -> None:
-        """``md`` (from ``store``) is the model's metadata of ``key``; with the storage
-        capability, ``updated_at`` and ``size_bytes`` are what storage shows."""
-        assert isinstance(md, SessionMetadata), md
-        assert isinstance(md.updated_at, datetime), f"{key!r}: updated_at {md.updated_at!r}"
-        assert isinstance(md.size_bytes, int) and md.size_bytes >= 0, f"{key!r}: size_bytes {md.size_bytes!r}"
+    def check_metadata(self, store: SessionBackend, md: SessionMetadata, key: str, operation: str = "") -> None:
+        """``md`` (from ``store``, by ``operation``) is the model's metadata of ``key``; with
+        the storage capability, ``updated_at`` and ``size_bytes`` are what storage shows."""
+        operation = operation or self.program.call("get_session_metadata", (key,), {})
+        assert isinstance(md, SessionMetadata), f"{operation}: not a SessionMetadata: {md!r}"
+        assert isinstance(md.updated_at, datetime), f"{operation}: {key!r}: updated_at {md.updated_at!r}"
+        assert isinstance(md.size_bytes, int) and md.size_bytes >= 0, (
+            f"{operation}: {key!r}: size_bytes {md.size_bytes!r}")
         probe = self.probe(store)
         if probe is not None:
-            assert md.size_bytes == probe.size(key), f"{key!r}: size_bytes {md.size_bytes}, stored {probe.size(key)}"
-            assert md.updated_at == from_ns(probe.changed_at(key)), f"{key!r}: updated_at {md.updated_at}"
+            self.agree(md.size_bytes, probe.size(key), f"{operation}.size_bytes")
+            self.agree(md.updated_at, from_ns(probe.changed_at(key)), f"{operation}.updated_at")
         want = self.model[key].metadata(key)
         if key in self.damaged:
             want = replace(want, message_count=len(self.damaged[key]))  # complete lines, damaged ones too
-        got = replace(md, updated_at=None, size_bytes=0)
-        assert got == want, f"{key!r}: metadata\n{got}\n!= model\n{want}"
+        self.agree(replace(md, updated_at=None, size_bytes=0), want, operation)
+
+    def _agrees(self, store: SessionBackend, keys: set[str], thorough: bool) -> None:
+        """``store`` agrees with the model on the listings and on sessions ``keys``
+        (:class:`SessionStoreMachine`)."""
+        raise NotImplementedError
 
     def forget(self, key: str) -> None:
         """The session was deleted: drop what the machine knew about its storage."""
@@ -464,7 +558,7 @@ class WriteRules(MachineBase):
         given = shifted(previous, gap) if previous else ulid.encode((self.now() << 80) + gap)
         m = as_message(message).replace(id=given)
         with self.window() as w:
-            assert self.store.append(key, m) == given, "a caller-supplied id must be kept"
+            self.agree(self.store.append(key, m), given)  # a caller-supplied id is kept
         self.added(key, [self.expect(m, key, given, w)], w)
 
     @rule(key=KEYS, batch=batches)
@@ -472,7 +566,8 @@ class WriteRules(MachineBase):
         previous = self.last_id(key)
         with self.window() as w:
             got = self.store.append_many(key, batch)
-        assert isinstance(got, list) and len(got) == len(batch), f"append_many returned {got!r}"
+        assert isinstance(got, list) and len(got) == len(batch), (
+            f"{self.program.last}: returned {got!r}, not one id per message ({len(batch)})")
         for new_id in got:
             self.check_new_id(key, new_id, previous)
             previous = new_id
@@ -493,13 +588,11 @@ class WriteRules(MachineBase):
         batch = [as_message(message).replace(id=bad)]
         if many:
             batch.insert(0, as_message(message))
-        with pytest.raises(InvalidMessageError) as info:
-            if many:
-                self.store.append_many(key, batch)
-            else:
-                self.store.append(key, batch[0])
-        assert isinstance(info.value, DuplicateMessageError) is duplicate, repr(info.value)
-        self.stats["errors checked"] += 1
+        error = self.refuses(DuplicateMessageError if duplicate else InvalidMessageError,
+                             lambda: self.store.append_many(key, batch) if many else self.store.append(key, batch[0]),
+                             "a duplicate id" if duplicate else "an id sorting before the last one")
+        assert isinstance(error, DuplicateMessageError) is duplicate, (
+            f"{self.program.last}: an id out of order is not a duplicate: {error!r}")
 
     @rule(key=KEYS, batch=st.lists(messages, min_size=2, max_size=4), data=st.data())
     def append_many_with_duplicate(self, key: str, batch: list[ChatMessage | dict[str, Any]],
@@ -512,25 +605,21 @@ class WriteRules(MachineBase):
         built = [as_message(m) for m in batch]
         built[0] = built[0].replace(id=dup)
         built[second] = built[second].replace(id=dup)
-        with pytest.raises(DuplicateMessageError):
-            self.store.append_many(key, built)
-        self.stats["errors checked"] += 1
+        self.refuses(DuplicateMessageError, lambda: self.store.append_many(key, built), "one id twice in a batch")
 
     @rule(key=KEYS, bad=unserializable, message=messages, many=st.booleans())
     def append_unserializable(self, key: str, bad: Any, message: ChatMessage | dict[str, Any], many: bool) -> None:
         """Content JSON cannot hold -> SerializationError (a TypeError); nothing written,
         no session created (also when the bad message comes after a good one)."""
         wrong = as_message(message).replace(content=[bad])
-        with pytest.raises(SerializationError):
-            if many:
-                self.store.append_many(key, [message, wrong])
-            else:
-                self.store.append(key, wrong)
-        self.stats["errors checked"] += 1
+        self.refuses(SerializationError,
+                     lambda: self.store.append_many(key, [message, wrong]) if many else self.store.append(key, wrong),
+                     "content JSON cannot hold")
 
     # -- changing the end -------------------------------------------------------------
     @rule(key=KEYS, data=st.data())
     def remove_last(self, key: str, data: st.DataObject) -> None:
+        key = self.busy(data, key)
         if not self.intact(key):
             return
         msgs = self.model[key].messages if key in self.model else []
@@ -540,39 +629,45 @@ class WriteRules(MachineBase):
                                                 label="stale")
         else:
             expected_id = msgs[-1].id if (mode == "expected" and msgs) else None
-        done = self.store.remove_last(key, expected_id=expected_id)
-        assert done is self.ref.remove_last(key, expected_id=expected_id), f"remove_last returned {done!r}"
+        self._remove_last(key, expected_id)
+
+    def _remove_last(self, key: str, expected_id: str | None) -> None:
+        last = self.last_id(key)
+        done = self.agree(self.store.remove_last(key, expected_id=expected_id),
+                          self.ref.remove_last(key, expected_id=expected_id))
+        if done and last is not None:
+            self.removed.setdefault(key, set()).add(last)
         self.stats["removals"] += done
 
     @rule(key=KEYS, message=rare_large, data=st.data())
     def update_last(self, key: str, message: ChatMessage | dict[str, Any], data: st.DataObject) -> None:
+        key = self.busy(data, key)
         if not self.intact(key):
             return
         msgs = self.model[key].messages if key in self.model else []
         m = as_message(message)
         if not msgs:
-            assert self.store.update_last(key, m) is False
-            assert self.store.update_last(key, m, expected_id=UNKNOWN_IDS[0]) is False
+            self.agree(self.store.update_last(key, m), False)
+            self.agree(self.store.update_last(key, m, expected_id=UNKNOWN_IDS[0]), False)
             return
         mode = data.draw(st.sampled_from(["plain", "expected", "stale", "same_id", "new_id", "between",
                                           "duplicate", "out_of_order"]), label="mode")
         old = msgs[-1]
         previous = msgs[-2].id if len(msgs) > 1 else None
         if mode == "stale":
-            assert self.store.update_last(key, m, expected_id=previous or shifted(old.id, 1)) is False
+            self.agree(self.store.update_last(key, m, expected_id=previous or shifted(old.id, 1)), False)
             return
         if mode in ("duplicate", "out_of_order"):
             assume(previous is not None)
             bad = previous if mode == "duplicate" else shifted(msgs[0].id, -1)
-            with pytest.raises(InvalidMessageError) as info:
-                self.store.update_last(key, m.replace(id=bad))
-            assert isinstance(info.value, DuplicateMessageError) is (mode == "duplicate"), repr(info.value)
-            self.stats["errors checked"] += 1
+            self.refuses(DuplicateMessageError if mode == "duplicate" else InvalidMessageError,
+                         lambda: self.store.update_last(key, m.replace(id=bad)),
+                         "the id of an earlier message" if mode == "duplicate" else "an id out of order")
             return
         new_id = self._updated_id(mode, old.id, previous, data)
         sent = m.replace(id=new_id) if mode in ("same_id", "new_id", "between") else m
         expected_id = old.id if mode == "expected" else None
-        assert self.store.update_last(key, sent, expected_id=expected_id) is True
+        self.agree(self.store.update_last(key, sent, expected_id=expected_id), True)
         created = old.created_at if m.created_at is None else m.created_at
         assert created is not None
         assert self.ref.update_last(key, expected_message(sent, new_id, created), expected_id=expected_id)
@@ -621,7 +716,7 @@ class WriteRules(MachineBase):
         planned = self._plan([m for m, k in zip(old, keep) if k], new, with_ids, gaps)
         with self.window() as w:
             returned: Any = self.untyped.rewrite_messages(key, [m for m, _ in planned])
-        assert returned is None, f"rewrite_messages returned {returned!r}"
+        self.agree(returned, None)
         self.ref.rewrite_messages(key, self.learn_rewrite(key, planned, w), self.creation(key, w))
         self.stats["rewrites"] += 1
 
@@ -639,17 +734,14 @@ class WriteRules(MachineBase):
         built[0] = built[0].replace(id=high)
         built[-1] = built[-1].replace(id=high if duplicate else low)
         if method == "replace_if_exists" and key not in self.model:
-            assert self.store.replace_conversation_state_if_exists(key, built, True) is False
+            self.agree(self.store.replace_conversation_state_if_exists(key, built, True), False)
             return
-        with pytest.raises(InvalidMessageError) as info:
-            if method == "rewrite":
-                self.store.rewrite_messages(key, built)
-            elif method == "replace":
-                self.store.replace_conversation_state(key, built, True)
-            else:
-                self.store.replace_conversation_state_if_exists(key, built, True)
-        assert isinstance(info.value, DuplicateMessageError) is duplicate, repr(info.value)
-        self.stats["errors checked"] += 1
+        calls: dict[str, Callable[[], Any]] = {
+            "rewrite": lambda: self.store.rewrite_messages(key, built),
+            "replace": lambda: self.store.replace_conversation_state(key, built, True),
+            "replace_if_exists": lambda: self.store.replace_conversation_state_if_exists(key, built, True)}
+        self.refuses(DuplicateMessageError if duplicate else InvalidMessageError, calls[method],
+                     "a repeated id" if duplicate else "ids out of order")
 
     @rule(key=KEYS, prefix=st.lists(messages, max_size=2), keep=st.integers(min_value=0, max_value=4),
           crumb=st.booleans(), if_exists=st.booleans())
@@ -664,28 +756,29 @@ class WriteRules(MachineBase):
         with self.window() as w:
             if if_exists:
                 done = self.store.replace_conversation_state_if_exists(key, [m for m, _ in planned], crumb)
-                assert done is (key in self.model), f"replace_conversation_state_if_exists returned {done!r}"
+                self.agree(done, key in self.model)
                 if not done:
                     return
             else:
                 returned: Any = self.untyped.replace_conversation_state(key, [m for m, _ in planned], crumb)
-                assert returned is None, f"replace_conversation_state returned {returned!r}"
+                self.agree(returned, None)
         self.ref.replace_conversation_state(key, self.learn_rewrite(key, planned, w), crumb, self.creation(key, w))
         self.stats["replaces"] += 1
 
     @rule(key=KEYS)
     def clear_messages(self, key: str) -> None:
         if self.intact(key):
-            assert self.store.clear_messages(key) == self.ref.clear_messages(key)
+            self.agree(self.store.clear_messages(key), self.ref.clear_messages(key))
 
     @rule(key=KEYS)
     def delete_session(self, key: str) -> None:
-        assert self.store.delete_session(key) is self.ref.delete_session(key)
+        self.agree(self.store.delete_session(key), self.ref.delete_session(key))
         self.forget(key)
 
     # -- fork, revert, compact --------------------------------------------------------
     @rule(source=KEYS, dest=KEYS | new_keys, data=st.data())
     def copy_messages(self, source: str, dest: str, data: st.DataObject) -> None:
+        source = self.busy(data, source)
         target = dest  # ("target" is a reserved rule argument)
         if not (self.intact(source) and self.intact(target)):
             return
@@ -700,6 +793,7 @@ class WriteRules(MachineBase):
 
     @rule(key=KEYS, data=st.data())
     def truncate_messages(self, key: str, data: st.DataObject) -> None:
+        key = self.busy(data, key)
         if not self.intact(key):
             return
         up_to = self.pick_id(data, key, "up_to")
@@ -715,9 +809,7 @@ class WriteRules(MachineBase):
         bad = sum(kind == "bad" for kind, _ in lines)
         dropped = bad + sum(kind == "dup" for kind, _ in lines)
         if bad and not repair:
-            with pytest.raises(CorruptTranscriptError):
-                self.store.compact(key)
-            self.stats["errors checked"] += 1
+            self.refuses(CorruptTranscriptError, lambda: self.store.compact(key), "a corrupt line, no repair")
             return
         got = self.same_outcome(lambda: self.store.compact(key, repair=repair), lambda: self.ref.compact(key) + dropped)
         if got is not REFUSED and key in self.damaged:
@@ -761,9 +853,7 @@ class ReadRules(MachineBase):
         missing session)."""
         if data.draw(st.integers(0, 6), label="invalid?") == 0:
             method, args, error = data.draw(st.sampled_from(INVALID_SETTERS), label="invalid call")
-            with pytest.raises(error):
-                getattr(self.store, method)(key, *args)
-            self.stats["errors checked"] += 1
+            self.refuses(error, lambda: getattr(self.store, method)(key, *args), "an invalid value")
             return
         which = data.draw(st.sampled_from(["name", "alias", "context", "owner", "breadcrumb", "state"]),
                           label="setter")
@@ -798,8 +888,7 @@ class ReadRules(MachineBase):
 
     @rule(key=KEYS, owner=st.sampled_from([*OWNERS, ""]))
     def delete_session_owned(self, key: str, owner: str) -> None:
-        done = self.store.delete_session_owned(key, owner)
-        assert done is self.ref.delete_session_owned(key, owner), f"delete_session_owned returned {done!r}"
+        done = self.agree(self.store.delete_session_owned(key, owner), self.ref.delete_session_owned(key, owner))
         if done:
             self.forget(key)
             self.stats["owner-checked deletions"] += 1
@@ -808,11 +897,11 @@ class ReadRules(MachineBase):
           new=st.sampled_from(ALIASES))
     def attribution(self, op: str, old: str, new: str) -> None:
         if op == "count":
-            assert self.store.count_agent_attribution(old) == self.ref.count_agent_attribution(old)
+            self.agree(self.store.count_agent_attribution(old), self.ref.count_agent_attribution(old))
         elif op == "rename":
-            assert self.store.rename_agent_attribution(old, new) == self.ref.rename_agent_attribution(old, new)
+            self.agree(self.store.rename_agent_attribution(old, new), self.ref.rename_agent_attribution(old, new))
         else:
-            assert self.store.clear_agent_attribution(old) == self.ref.rename_agent_attribution(old, None)
+            self.agree(self.store.clear_agent_attribution(old), self.ref.rename_agent_attribution(old, None))
 
     @rule(ttl=st.sampled_from([10**6] * 6 + [0, 2]))
     def cleanup_stale(self, ttl: int) -> None:
@@ -820,7 +909,7 @@ class ReadRules(MachineBase):
         deletes every session. Never a ``running`` one."""
         doomed = [k for k, s in self.model.items() if s.state != "running" and (ttl == 0 or (
             ttl == 2 and k in self.aged))]
-        assert self.store.cleanup_stale(ttl) == len(doomed)
+        self.agree(self.store.cleanup_stale(ttl), len(doomed))
         for k in doomed:
             self.ref.delete_session(k)
             self.forget(k)
@@ -829,12 +918,14 @@ class ReadRules(MachineBase):
 
     @rule(threshold=st.sampled_from([0, 1, 30, 3600]))
     def list_running_and_stuck(self, threshold: int) -> None:
-        assert [m.key for m in self.store.list_running_sessions()] == self.ref.list_running_sessions()
+        self.agree([m.key for m in self.store.list_running_sessions()], self.ref.list_running_sessions(),
+                   "[m.key for m in store.list_running_sessions()]")
         with self.window() as w:
             stuck = [m.key for m in self.store.list_stuck_sessions(threshold)]
         sure = self.ref.list_stuck_sessions(threshold, w.lo - w.slack)
         maybe = self.ref.list_stuck_sessions(threshold, w.hi + w.slack)
-        assert set(sure) <= set(stuck) <= set(maybe) and stuck == sorted(stuck), (stuck, sure, maybe)
+        assert set(sure) <= set(stuck) <= set(maybe) and stuck == sorted(stuck), (
+            f"{self.program.last}: returned {stuck}; the model: at least {sure}, at most {maybe}, sorted")
 
     @rule(keyword=st.sampled_from(KEYWORDS), alias=st.none() | st.sampled_from(ALIASES),
           limit=st.none() | st.integers(min_value=0, max_value=3), data=st.data())
@@ -850,22 +941,28 @@ class ReadRules(MachineBase):
                             label="case")
         expected = set(self.ref.search(keyword, agent_alias=alias))
         got = self.store.search(SessionQuery(keyword, limit=limit, agent_alias=alias))
+        operation = self.program.last
         keys = [m.key for m in got]
-        assert len(keys) == len(set(keys)), keys
-        assert set(keys) <= expected, (keyword, keys, expected)
-        assert len(keys) == (len(expected) if limit is None else min(limit, len(expected))), (keyword, keys, expected)
+        assert len(keys) == len(set(keys)), f"{operation}: a session found twice: {keys}"
+        if limit is None or limit >= len(expected):
+            self.agree(sorted(keys), sorted(expected), f"sorted(m.key for m in {operation})")
+        else:
+            assert set(keys) <= expected and len(keys) == limit, (
+                f"{operation}: found {keys}; the model: {limit} of {sorted(expected)}")
         stamps = [m.updated_at or EPOCH for m in got]
-        assert all(a >= b for a, b in itertools.pairwise(stamps)), "search: newest activity first"
+        assert all(a >= b for a, b in itertools.pairwise(stamps)), f"{operation}: not newest activity first: {stamps}"
         for md in got:
-            self.check_metadata(self.store, md, md.key)
+            self.check_metadata(self.real, md, md.key, operation)
+        self.stats["searches"] += 1
         self.stats["search results checked"] += len(keys)
 
     # -- reads ------------------------------------------------------------------------
     @rule(key=KEYS, data=st.data())
     def get_message(self, key: str, data: st.DataObject) -> None:
+        key = self.busy(data, key)
         if self.intact(key):
             mid = self.pick_id(data, key, "id")
-            assert self.store.get_message(key, mid) == self.ref.get_message(key, mid)
+            self.agree(self.store.get_message(key, mid), self.ref.get_message(key, mid))
 
     @rule(key=KEYS, offset=st.integers(0, 30), limit=st.none() | st.integers(0, 30))
     def get_messages(self, key: str, offset: int, limit: int | None) -> None:
@@ -875,24 +972,37 @@ class ReadRules(MachineBase):
             self.same_outcome(lambda: self.store.get_message_count(key), lambda: self.ref.get_message_count(key))
 
     @rule(key=KEYS, data=st.data(), limit=st.integers(1, 12), breakpoint=st.booleans(), whole_turns=st.booleans(),
-          direction=st.sampled_from(["newest", "before", "after", "after-start"]))
+          ts_first=st.booleans())
     def page(self, key: str, data: st.DataObject, limit: int, breakpoint: bool, whole_turns: bool,
-             direction: str) -> None:
+             ts_first: bool) -> None:
+        """A page with each cursor in turn (the newest, before an id, after an id, from the
+        start), with the same options; ``ts_before`` on every other one."""
+        key = self.busy(data, key)
         if not self.intact(key):
             return
         session = self.model.get(key)
-        options: dict[str, Any] = {"limit": limit, "breakpoint": breakpoint, "whole_turns": whole_turns}
+        n = len(session.messages) if session else 0
+        if n and data.draw(st.booleans(), label="at the page edge?"):  # bugs live where a page ends
+            limit = max(1, n + data.draw(st.sampled_from([-1, 0, 1]), label="edge"))
         stamps = sorted({m.created_at for m in session.messages if m.created_at is not None}) if session else []
-        if data.draw(st.booleans(), label="ts_before?"):
-            options["ts_before"] = pick(data, stamps, "ts_before") if stamps else data.draw(st.integers(0, 2**47))
-        if direction == "before":
-            options["before"] = self.pick_id(data, key, "cursor")
-        elif direction == "after":
-            options["after"] = self.pick_id(data, key, "cursor")
-        elif direction == "after-start":
-            options["after"] = ""
-        got = self.same_outcome(lambda: self.store.page(key, **options), lambda: self.ref.page(key, **options))
-        self.stats["pages checked"] += got is not REFUSED
+        for i, direction in enumerate(("newest", "before", "after", "after-start")):
+            options: dict[str, Any] = {"limit": limit, "breakpoint": breakpoint, "whole_turns": whole_turns}
+            if i % 2 == ts_first:
+                options["ts_before"] = pick(data, stamps, "ts_before") if stamps else data.draw(st.integers(0, 2**47))
+            if direction == "before":
+                options["before"] = self.pick_id(data, key, "cursor", skip_first=True)
+            elif direction == "after":
+                options["after"] = self.pick_id(data, key, "cursor", skip_last=True)
+            elif direction == "after-start":
+                options["after"] = ""
+            got = self.same_outcome(lambda o=options: self.store.page(key, **o),  # type: ignore[misc]
+                                    lambda o=options: self.ref.page(key, **o))  # type: ignore[misc]
+            if got is not REFUSED:
+                self.stats["pages checked"] += 1
+                if got.messages:
+                    self.stats[f"pages {direction}"] += 1
+                    self.stats["pages ts_before"] += "ts_before" in options
+                    self.stats["pages breakpoint"] += breakpoint
 
     @precondition(lambda self: bool(self.model))
     @rule(data=st.data(), limit=st.integers(1, 5), filtered=st.booleans())
@@ -907,8 +1017,10 @@ class ReadRules(MachineBase):
         ts_before = pick(data, stamps, "ts_before") if filtered and stamps else None
         want = [m for m in msgs if ts_before is None or (m.created_at is not None and m.created_at < ts_before)]
         for direction in ("older", "newer"):
-            assert self._walk(key, direction, limit, ts_before, len(msgs) + 2) == want, (
-                f"{key!r}: pages walked {direction} do not make up the history")
+            cursor = "before" if direction == "older" else "after"
+            self.agree(self._walk(key, direction, limit, ts_before, len(msgs) + 2), want,
+                       f"the pages of {key!r} walked {direction} (store.page(limit={limit}, {cursor}=<previous page>."
+                       f"{cursor}, ts_before={ts_before}))")
         self.stats["page walks"] += 1
 
     def _walk(self, key: str, direction: str, limit: int, ts_before: int | None, most: int) -> list[ChatMessage]:
@@ -925,9 +1037,9 @@ class ReadRules(MachineBase):
             else:
                 got.extend(p.messages)
                 cursor = p.after
-            assert len(p.messages) <= limit
+            assert len(p.messages) <= limit, f"{self.program.last}: {len(p.messages)} messages, over the limit"
             if not p.has_more:
-                assert cursor is None
+                assert cursor is None, f"{self.program.last}: has_more is False but the cursor is {cursor!r}"
                 break
         return got
 
@@ -962,6 +1074,14 @@ class StorageRules(MachineBase):
         lines = self.damaged.get(key) or [("msg", m) for m in self.model[key].messages]
         return key, probe, lines
 
+    def damage(self, probe: StorageProbe, key: str, data: bytes, what: str) -> None:
+        """Append ``data`` to the stored transcript of ``key`` as another tool would (and
+        write it into the program: the next check runs after it)."""
+        probe.append_raw(key, data)
+        self.touched.add(key)
+        self.program.last = f"storage.append_raw({key!r}, {data!r})"
+        self.program.add(f"{self.program.last}  # {what} (your storage capability)")
+
     @precondition(_has_storage)
     @rule(data=st.data())
     def duplicate_last_line(self, data: st.DataObject) -> None:
@@ -971,7 +1091,7 @@ class StorageRules(MachineBase):
             return
         key, probe, lines = target
         raw = probe.raw(key)
-        probe.append_raw(key, raw[raw.rfind(b"\n", 0, len(raw) - 1) + 1 :])
+        self.damage(probe, key, raw[raw.rfind(b"\n", 0, len(raw) - 1) + 1 :], "the newest line written twice")
         self.damaged[key] = [*lines, ("dup", lines[-1][1])]
         self.stats["damaged lines"] += 1
 
@@ -981,7 +1101,7 @@ class StorageRules(MachineBase):
         target = self._target(data)
         if target is not None:
             key, probe, lines = target
-            probe.append_raw(key, junk + b"\n")
+            self.damage(probe, key, junk + b"\n", "a line that does not parse")
             self.damaged[key] = [*lines, ("bad", None)]
             self.stats["damaged lines"] += 1
 
@@ -991,7 +1111,7 @@ class StorageRules(MachineBase):
         """A writer died mid-line: reads ignore the fragment, the next write removes it."""
         target = self._target(data)
         if target is not None:
-            target[1].append_raw(target[0], TORN_TAIL)
+            self.damage(target[1], target[0], TORN_TAIL, "a torn tail: a writer died mid-line")
             self.stats["torn tails"] += 1
 
     @precondition(_has_storage)
@@ -1042,6 +1162,30 @@ class SessionStoreMachine(WriteRules, ReadRules, StorageRules):
         return key
 
     @precondition(lambda self: len(self.known) < MAX_KEYS)
+    @rule(target=KEYS, key=new_keys, recipe=st.sampled_from(EDGE_STATES), message=messages, data=st.data())
+    def edge_state(self, key: str, recipe: str, message: ChatMessage | dict[str, Any], data: st.DataObject) -> str:
+        """A new session brought to a state where bugs live (see :data:`EDGE_STATES`)."""
+        self.known.add(key)
+        if key in self.model or not self.intact(key):
+            return key
+        if recipe == "fork then append":
+            source = self.busy(data, key)
+            if source == key or source not in self.model:
+                return key
+            self.copy_messages(source, key, data)
+            if key in self.model:
+                self.append(source, message, "append")
+        else:
+            self.append_many(key, [message, message] if recipe in ("two messages", "remove then append") else [message])
+        if recipe in ("empty session", "remove then append"):
+            self._remove_last(key, None)
+            self._agrees_on(self.real, key, thorough=False)  # checked here: the failure names remove_last
+        if recipe in ("remove then append", "fork then append") and key in self.model:
+            self.append(key, message, "append")
+        self.stats[f"edge states: {recipe}"] += 1
+        return key
+
+    @precondition(lambda self: len(self.known) < MAX_KEYS)
     @rule(target=KEYS, key=new_keys)
     def add_key(self, key: str) -> str:
         self.known.add(key)
@@ -1055,76 +1199,96 @@ class SessionStoreMachine(WriteRules, ReadRules, StorageRules):
     @precondition(lambda self: self.persistent)
     @rule()
     def reopen(self) -> None:
-        """Go on with a new instance: everything must come from storage."""
-        self._close(self.store)
-        self.store = self._open()
+        """Go on with a new instance: everything must come from storage (what a program
+        restarted after a crash sees)."""
+        self._close(self.real)
+        self.real = self._open()
+        self.store = RecordingStore(self.real, self.program, self.touched)
+        self.program.add("store = make_store(tmp_path / 'store')  # a new instance on the same storage")
+        self.touched.add(None)
+        self.stats["recoveries"] += 1
 
     # -- invariants -------------------------------------------------------------------
-    def _agrees(self, store: SessionBackend, thorough: bool) -> None:
-        assert store.list_sessions() == self.ref.list_sessions(), "list_sessions"
+    def _agrees(self, store: SessionBackend, keys: set[str], thorough: bool) -> None:
+        """``store`` agrees with the model on the listings and on sessions ``keys``."""
+        ask = self.ask
+        ask(store, self.ref.list_sessions(), "list_sessions")
+        if not keys:
+            return
         listed = store.list_sessions_with_metadata()
-        assert [m.key for m in listed] == self.ref.list_sessions(), "list_sessions_with_metadata"
+        self.agree([m.key for m in listed], self.ref.list_sessions(), "[m.key for m in store.list_sessions_with_metadata()]")
         for md in listed:
-            self.check_metadata(store, md, md.key)
-        for key in self.known:
+            if md.key in keys:
+                self.check_metadata(store, md, md.key, "store.list_sessions_with_metadata()")
+        for key in sorted(keys):
             self._agrees_on(store, key, thorough)
         if thorough:
-            assert [m.key for m in store.list_running_sessions()] == self.ref.list_running_sessions()
+            self.agree([m.key for m in store.list_running_sessions()], self.ref.list_running_sessions(),
+                       "[m.key for m in store.list_running_sessions()]")
             for alias in ALIASES:
-                assert store.count_agent_attribution(alias) == self.ref.count_agent_attribution(alias), alias
+                ask(store, self.ref.count_agent_attribution(alias), "count_agent_attribution", alias)
             if self.manual_clock:
-                stuck = [m.key for m in store.list_stuck_sessions(1)]
-                assert stuck == self.ref.list_stuck_sessions(1, self.clock.now), "list_stuck_sessions"
+                self.agree([m.key for m in store.list_stuck_sessions(1)], self.ref.list_stuck_sessions(1, self.clock.now),
+                           "[m.key for m in store.list_stuck_sessions(1)]")
 
     def _agrees_on(self, store: SessionBackend, key: str, thorough: bool) -> None:
+        ask = self.ask
         session = self.model.get(key)
-        assert store.session_exists(key) is (session is not None), f"session_exists({key!r})"
+        ask(store, session is not None, "session_exists", key)
         if session is None:
-            assert store.load(key) == [] and store.try_load(key) == [], key
-            assert store.get_session_metadata(key) is None, key
-            assert store.get_session_trim_breadcrumb(key) is None, key
-            assert store.get_session_name(key) is None and store.get_session_state(key) is None, key
+            ask(store, [], "load", key)
+            ask(store, [], "try_load", key)
+            ask(store, None, "get_session_metadata", key)
+            ask(store, None, "get_session_trim_breadcrumb", key)
+            ask(store, None, "get_session_name", key)
+            ask(store, None, "get_session_state", key)
             return
-        md = store.get_session_metadata(key)
-        assert md is not None, key
-        self.check_metadata(store, md, key)
-        assert store.get_session_trim_breadcrumb(key) == session.breadcrumb, key
-        assert store.get_session_name(key) == session.name, key
-        assert store.get_session_agent_alias(key) == session.alias, key
-        assert store.get_session_state(key) == session.run_state(), key
         msgs = session.messages
-        ids = [m.id for m in msgs]
-        assert ids == sorted(set(ids)), f"{key!r}: the model's ids do not strictly increase"
         lines = self.damaged.get(key)
+        if lines is None:  # the messages first: a wrong history explains a wrong count or size
+            ask(store, msgs, "try_load", key)
+            ask(store, len(msgs), "get_message_count", key)
+        md = store.get_session_metadata(key)
+        if md is None:
+            raise Mismatch(self.program.call("get_session_metadata", (key,), {}), None, session.metadata(key))
+        self.check_metadata(store, md, key, self.program.call("get_session_metadata", (key,), {}))
+        ask(store, session.breadcrumb, "get_session_trim_breadcrumb", key)
+        ask(store, session.name, "get_session_name", key)
+        ask(store, session.alias, "get_session_agent_alias", key)
+        ask(store, session.run_state(), "get_session_state", key)
+        ids = [m.id for m in msgs]
+        assert ids == sorted(set(ids)), f"{key!r}: the model's ids do not strictly increase (a harness bug): {ids}"
         if lines is not None:
-            assert store.load(key) == [m for _, m in lines if m is not None], f"lenient load({key!r})"
-            assert store.get_message_count(key) == len(lines), f"get_message_count({key!r}) counts every line"
+            ask(store, [m for _, m in lines if m is not None], "load", key)
+            ask(store, len(lines), "get_message_count", key)  # every complete line counts, damaged ones too
             if any(kind == "bad" for kind, _ in lines):
                 with pytest.raises(CorruptTranscriptError):
                     store.try_load(key)
             return
-        assert store.try_load(key) == msgs, f"try_load({key!r})"
-        assert store.get_message_count(key) == len(msgs), f"get_message_count({key!r})"
         if thorough:
-            assert store.load(key) == msgs, f"load({key!r})"
+            ask(store, msgs, "load", key)
             stamped = store.load_with_timestamps(key)
-            assert [t.message for t in stamped] == msgs, key
-            assert [t.created_at for t in stamped] == [
+            self.agree([t.message for t in stamped], msgs, f"[t.message for t in store.load_with_timestamps({key!r})]")
+            self.agree([t.created_at for t in stamped], [
                 None if m.created_at is None else datetime.fromtimestamp(m.created_at / 1000, tz=timezone.utc)
-                for m in msgs], key
-            assert store.page(key, limit=3) == reference_page(msgs, limit=3), key
+                for m in msgs], f"[t.created_at for t in store.load_with_timestamps({key!r})]")
+            ask(store, reference_page(msgs, limit=3), "page", key, limit=3)
 
     @invariant()
     def store_agrees_with_model(self) -> None:
+        """The sessions the step touched (all, after a call across sessions), thoroughly."""
         self.stats["steps"] += 1
-        self._agrees(self.store, thorough=not self.persistent)
+        keys = touched_keys(self.touched, self.known)
+        self.touched.clear()
+        self._agrees(self.real, keys, thorough=True)
 
     @precondition(lambda self: self.persistent)
     @invariant()
     def fresh_store_agrees_with_model(self) -> None:
+        """A new instance on the same storage agrees on everything it keeps."""
         fresh = self._open()
         try:
-            self._agrees(fresh, thorough=True)
+            self._agrees(fresh, set(self.known), thorough=False)
         finally:
             self._close(fresh)
         self.stats["fresh-store checks"] += 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 import _thread
 import contextlib
 import http.client
+import importlib.metadata
 import os
 import pathlib
 import queue
@@ -999,14 +1000,18 @@ def _serve_checks(proc: subprocess.Popen[str]) -> None:
 
 
 def test_console_script_entry_point_exists() -> None:
-    script = pathlib.Path(sys.executable).with_name("jsonl-sessions")
-    if script.exists():
-        done = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60, env=_env(),
-                              check=False)
-        assert done.returncode == 0 and done.stdout.startswith("jsonl-sessions ")
-    else:  # not installed with scripts: the module entry point is the same main()
-        assert cli("--version").stdout.startswith("jsonl-sessions ")
-
+    """The installed distribution declares the ``jsonl-sessions`` console script for the
+    CLI's ``main``, and the script the installer wrote (next to this interpreter) runs.
+    No fallback: without the installed script this test fails (install the checkout with
+    ``pip install -e .``)."""
+    declared = [ep for ep in importlib.metadata.entry_points(group="console_scripts") if ep.name == "jsonl-sessions"]
+    assert [ep.value for ep in declared] == ["jsonl_sessions.cli:main"], declared
+    assert declared[0].load() is main
+    bindir = pathlib.Path(sys.executable).parent
+    script = shutil.which("jsonl-sessions", path=str(bindir))
+    assert script is not None, f"no jsonl-sessions script in {bindir}: is the package installed there?"
+    done = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60, env=_env(), check=False)
+    assert done.returncode == 0 and done.stdout.startswith("jsonl-sessions "), done.stderr
 
 
 # -- --json on every command ---------------------------------------------------------------------------

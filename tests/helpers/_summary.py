@@ -1,13 +1,14 @@
 """Counting what the crash, concurrency and fault tests actually exercised.
 
 ``record(config, name, amount)`` adds to a counter; at the end of the run the totals
-are printed in pytest's terminal summary (so they show with and without ``-s`` and
-``-q``) and stored in the pytest cache under ``jsonl_sessions/counts``
+are printed in pytest's terminal summary with ``-v`` or ``JSONL_SESSIONS_COUNTS=1`` (a
+plain run stays quiet) and always stored in the pytest cache under ``jsonl_sessions/counts``
 (``.pytest_cache/v/jsonl_sessions/counts``), where CI or a person can read them.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -22,14 +23,14 @@ class _Counts:
         self.counts: Counter[str] = Counter()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.counts:
-            return
+        cache = getattr(self.config, "cache", None)
+        if cache is not None and self.counts:
+            cache.set("jsonl_sessions/counts", dict(sorted(self.counts.items())))
+        if not self.counts or not (self.config.get_verbosity() > 0 or os.environ.get("JSONL_SESSIONS_COUNTS") == "1"):
+            return  # quiet unless asked: -v, or JSONL_SESSIONS_COUNTS=1
         terminalreporter.write_sep("-", "jsonl_sessions crash / fault / concurrency counts")
         for name in sorted(self.counts):
             terminalreporter.write_line(f"{name}: {self.counts[name]}")
-        cache = getattr(self.config, "cache", None)
-        if cache is not None:
-            cache.set("jsonl_sessions/counts", dict(sorted(self.counts.items())))
 
 
 def record(config: pytest.Config, name: str, amount: int = 1) -> None:

@@ -28,13 +28,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from _child import child_env
 from _sdk import require
+from sigkill import kill_after
 
 require("claude_agent_sdk", "trio")  # skips without the test-integrations extra (fails in CI)
 
@@ -507,24 +507,7 @@ def test_sigkill_while_appending_loses_no_acknowledged_entry(tmp_path: pathlib.P
     root = str(tmp_path / "store")
     rng = random.Random(trial)
     want = rng.randint(5, 30)
-    proc = subprocess.Popen([sys.executable, __file__, "crash", root], stdout=subprocess.PIPE, text=True,
-                            env=child_env())
-    assert proc.stdout is not None
-    acked = -1
-    try:
-        for line in proc.stdout:
-            acked = int(line)
-            if acked >= want:
-                break
-        time.sleep(rng.uniform(0, 0.01))  # a random point in a later append
-        proc.send_signal(signal.SIGKILL)
-        rest = proc.stdout.read()  # acknowledgements printed before the kill
-        acked = max([acked, *(int(x) for x in rest.split())])
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
-    assert proc.returncode == -signal.SIGKILL and acked >= want
+    acked = kill_after([__file__, "crash", root], want, rng, jitter=0.01)  # at a random point in a later append
     loaded = run(JsonlSessionStore(root).load(KEY))
     whole = [[e for n in range(k) for e in batch_of(n)] for k in (acked + 1, acked + 2)]
     assert loaded in whole  # every acknowledged batch, in order; the one in flight whole or not at all

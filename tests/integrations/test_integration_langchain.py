@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from _child import child_env
 from _sdk import require
+from sigkill import kill_after
 
 require("langchain_core")  # skips without the test-integrations extra (fails in CI)
 
@@ -295,24 +296,7 @@ def test_sigkill_while_adding_loses_no_acknowledged_message(tmp_path: pathlib.Pa
     root = str(tmp_path / "store")
     rng = random.Random(trial)
     want = rng.randint(5, 40)
-    proc = subprocess.Popen([sys.executable, __file__, "crash", root], stdout=subprocess.PIPE, text=True,
-                            env=child_env())
-    assert proc.stdout is not None
-    acked = -1
-    try:
-        for line in proc.stdout:
-            acked = int(line)
-            if acked >= want:
-                break
-        time.sleep(rng.uniform(0, 0.01))  # a random point in a later write
-        proc.send_signal(signal.SIGKILL)
-        rest = proc.stdout.read()  # acknowledgements printed before the kill
-        acked = max([acked, *(int(x) for x in rest.split())])
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
-    assert proc.returncode == -signal.SIGKILL and acked >= want
+    acked = kill_after([__file__, "crash", root], want, rng, jitter=0.01)  # at a random point in a later write
     got = JsonlChatMessageHistory("crash", root).messages
     whole = [[m for n in range(k) for m in batch_of(n)] for k in (acked + 1, acked + 2)]
     assert got in whole  # every acknowledged batch, in order; the one in flight whole or not at all
