@@ -1,0 +1,162 @@
+"""The store's append written as bare Python: the least interpreter work that makes the same
+system calls with the same guarantees, the yardstick for the Python the store adds.
+
+:class:`BareAppend` appends to a transcript and a control file in the store's format
+(docs/format.md), one function body, no objects built beyond the record, and makes
+exactly the system calls of a warm append of ``SessionStore`` (listed in
+benchmarks/README.md), in the same order:
+
+- a thread lock and ``flock(LOCK_EX | LOCK_NB)`` on the control file, then one ``pread``
+  of it: a retired mark, a visible end, an odd counter or a roll-forward record would
+  each stop the fast path (recovery is not modelled: it raises);
+- ``lstat`` of the transcript: the kept descriptor must still be the same regular file,
+  with the size and mtime it had after the last append, and the counter as then (the
+  last line, id and "no torn tail" kept in memory are then still current);
+- a ULID after the last one (monotonic: a fresh one, or the last plus a random step);
+  the message checked as the store checks it (role, id, kind, ``created_at``, extras),
+  encoded by orjson with the NaN check and the size limit;
+- ``"fsync"``: the visible end written before the write and cleared after the fsync;
+- one ``write`` (rolled back by ``ftruncate`` if it fails), ``fstat`` for the new size
+  and mtime, the count cache written when it was current, ``flock(LOCK_UN)``.
+
+A measurement aid, never used by the package. ``python -m benchmarks.appendpath`` times it
+next to the store."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import random
+import re
+import stat
+import struct
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_FIXED = struct.Struct("<7Q")  # visible end, counter, count cache (inode, size, mtime, lines, counter)
+_U64 = struct.Struct("<Q")
+_COUNT = struct.Struct("<5Q")
+_OPTIONS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+_PAIRS = ["0123456789ABCDEFGHJKMNPQRSTVWXYZ"[i >> 5] + "0123456789ABCDEFGHJKMNPQRSTVWXYZ"[i & 31]
+          for i in range(1024)]
+_RESERVED = frozenset(("id", "created_at", "role", "kind", "content"))
+_MAX = (1 << 128) - 1
+_has_null = re.compile(b"null").search
+
+
+class BareAppend:
+    """One session (``<stem>.jsonl`` and ``<stem>.lock`` in ``directory``) appended to by
+    :meth:`append`; ``durable``: the ``"fsync"`` mode's calls."""
+
+    def __init__(self, directory: str, durable: bool, max_message_bytes: int = 64 << 20) -> None:
+        self.path = os.path.join(directory, "bare.jsonl")
+        self.lock_path = os.path.join(directory, "bare.lock")
+        self.durable = durable
+        self.limit = max_message_bytes
+        self.rlock = threading.RLock()
+        self.lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC | _O_NOFOLLOW, 0o600)
+        os.pwrite(self.lock_fd, bytes(_FIXED.size), 0)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_CLOEXEC | _O_NOFOLLOW, 0o600)
+        st = os.fstat(self.fd)
+        self.dev, self.ino, self.size, self.mtime = st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+        self.seq = 0
+        self.last = 0  # the last id's value (0: none yet)
+        # The count cache of the empty transcript (the store writes one with the first append).
+        os.pwrite(self.lock_fd, _COUNT.pack(st.st_ino, 0, st.st_mtime_ns, 0, 0), 16)
+
+    def close(self) -> None:
+        os.close(self.fd)
+        os.close(self.lock_fd)
+
+    def append(self, message: Mapping[str, Any]) -> str:
+        """Append one message (a dict as ``SessionStore.append`` takes it); its id."""
+        # The checks of types.as_message / ChatMessage.from_dict.
+        if not isinstance(message, Mapping):
+            raise TypeError("a message must be a mapping")
+        role, mid, created, kind = (message.get("role"), message.get("id") or "", message.get("created_at"),
+                                    message.get("kind") or "message")
+        if not isinstance(role, str) or not isinstance(mid, str) or not isinstance(kind, str) or (
+                created is not None and type(created) is not int):
+            raise ValueError("bad message field")
+        if mid:
+            raise NotImplementedError("a caller's id is not modelled")
+        rlock = self.rlock
+        rlock.acquire()
+        lock_fd = self.lock_fd
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            try:
+                raw = os.pread(lock_fd, 4096, 0)
+                if len(raw) != _FIXED.size:
+                    raise NotImplementedError("a roll-forward record (recovery) is not modelled")
+                end, seq, c_ino, c_size, c_mtime, c_lines, c_seq = _FIXED.unpack(raw)
+                if end or seq & 1:  # a retired mark, a visible end left, an odd counter
+                    raise NotImplementedError("recovery is not modelled")
+                st = os.lstat(self.path)
+                if not stat.S_ISREG(st.st_mode) or st.st_ino != self.ino or st.st_dev != self.dev:
+                    raise NotImplementedError("reopening the path is not modelled")
+                size = st.st_size
+                if size != self.size or st.st_mtime_ns != self.mtime or seq != self.seq:
+                    raise NotImplementedError("reading the tail again is not modelled")
+                counted = c_lines if (c_ino == st.st_ino and c_size == size and c_mtime == st.st_mtime_ns
+                                      and c_seq == seq) else -1
+                now = time.time_ns() // 1_000_000
+                value = (now << 80) | random.getrandbits(80)
+                if value <= self.last:
+                    value = min(self.last + 1 + random.getrandbits(40), _MAX)
+                t = _PAIRS
+                new_id = "".join((
+                    t[value >> 120], t[(value >> 110) & 1023], t[(value >> 100) & 1023], t[(value >> 90) & 1023],
+                    t[(value >> 80) & 1023], t[(value >> 70) & 1023], t[(value >> 60) & 1023],
+                    t[(value >> 50) & 1023], t[(value >> 40) & 1023], t[(value >> 30) & 1023],
+                    t[(value >> 20) & 1023], t[(value >> 10) & 1023], t[value & 1023]))
+                record = {"id": new_id, "created_at": now if created is None else created, "role": role,
+                          "kind": kind, "content": message.get("content")}
+                if not _RESERVED.issuperset(message):
+                    for k, v in message.items():
+                        if k not in _RESERVED:
+                            if not isinstance(k, str):
+                                raise ValueError("extra field names are strings")
+                            record[k] = v
+                line = orjson.dumps(record, option=_OPTIONS)
+                if _has_null(line) and _non_finite(record):
+                    raise ValueError("NaN")
+                if len(line) > self.limit:
+                    raise ValueError("too long")
+                fd = self.fd
+                try:
+                    if self.durable:
+                        os.pwrite(lock_fd, _U64.pack(size + 1), 0)
+                    if os.write(fd, line) != len(line):
+                        raise OSError("short write")
+                    if self.durable:
+                        os.fsync(fd)
+                        os.pwrite(lock_fd, bytes(8), 0)
+                except BaseException:
+                    os.ftruncate(fd, size)
+                    raise
+                st = os.fstat(fd)
+                self.size, self.mtime, self.last = st.st_size, st.st_mtime_ns, value
+                if counted >= 0 and st.st_size == size + len(line):
+                    os.pwrite(lock_fd, _COUNT.pack(st.st_ino, st.st_size, st.st_mtime_ns, counted + 1, seq), 16)
+                return new_id
+            finally:
+                fcntl.flock(lock_fd, fcntl.LOCK_UN)
+        finally:
+            rlock.release()
+
+
+def _non_finite(value: object) -> bool:
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    if isinstance(value, dict):
+        return any(_non_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite(v) for v in value)
+    return False
