@@ -25,6 +25,7 @@ next to the store."""
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import random
 import re
@@ -154,7 +155,7 @@ class BareAppend:
 
 def _non_finite(value: object) -> bool:
     if isinstance(value, float):
-        return value != value or value in (float("inf"), float("-inf"))
+        return not math.isfinite(value)
     if isinstance(value, dict):
         return any(_non_finite(v) for v in value.values())
     if isinstance(value, (list, tuple)):

@@ -221,16 +221,29 @@ def _check_field_types(role: object, id: object, created_at: object, kind: objec
 
 
 def as_message(message: ChatMessage | Mapping[str, Any]) -> ChatMessage:
-    """Accept a :class:`ChatMessage` or a plain dict with at least ``role``."""
+    """Accept a :class:`ChatMessage` or a plain dict with at least ``role`` (checked as
+    :meth:`ChatMessage.from_dict` checks it)."""
+    if type(message) is dict:  # the common case, built here without the constructor's calls
+        get = message.get
+        role, mid, created, kind = get("role"), get("id") or "", get("created_at"), get("kind") or "message"
+        plain = message.keys() <= _RESERVED
+        if role is None and (plain or "role" not in message):
+            raise InvalidMessageError(reason="a message needs a 'role'")
+        if not (isinstance(role, str) and isinstance(mid, str) and isinstance(kind, str)
+                and (created is None or type(created) is int)):
+            _check_field_types(role, mid, created, kind)  # raises the error of the wrong field
+        data = {"id": mid, "created_at": created, "role": role, "kind": kind, "content": get("content")}
+        if not plain:
+            for name, value in message.items():
+                if name not in _RESERVED:
+                    if not isinstance(name, str):
+                        raise InvalidMessageError(reason=f"extra field {name!r} is reserved or not a string")
+                    data[name] = value
+        msg = _new(ChatMessage)
+        _set_data(msg, data)
+        return msg
     if isinstance(message, ChatMessage):
         return message
-    if type(message) is dict and message.keys() <= _RESERVED:  # the common {"role", "content"} dict
-        role, mid, created, kind = (message.get("role"), message.get("id") or "", message.get("created_at"),
-                                    message.get("kind") or "message")
-        if role is None:
-            raise InvalidMessageError(reason="a message needs a 'role'")
-        _check_field_types(role, mid, created, kind)
-        return from_record({"id": mid, "created_at": created, "role": role, "kind": kind, "content": message.get("content")})
     return ChatMessage.from_dict(message)
 
 

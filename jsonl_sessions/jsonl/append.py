@@ -217,10 +217,9 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
         except BaseException:
             guard.drop_view()
             raise
-        seen = view.file
-        if stat.S_ISREG(st.st_mode) and seen.same_file(st):
+        if stat.S_ISREG(st.st_mode) and view.same_file(st):
             fd = view.fd
-            if view.seq == guard.seq and seen.unchanged(st):
+            if view.unchanged(st, guard.seq):
                 tail, clean, last = view.tail, view.clean, view.last_id
         else:
             guard.drop_view()
@@ -351,20 +350,25 @@ def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: in
     end = committed + len(data)
     if st.st_size == end:
         nl = data.rfind(b"\n", 0, len(data) - 1)
-        kept = TranscriptView.of(fd, st, guard.seq, Tail(end, end, committed + nl + 1, data[nl + 1 : -1]), clean,
-                                 new_ids[-1])
+        # Tail(end, end, ...), without its __new__'s frame: this runs on every append.
+        new_tail: Tail | None = _new_tuple(Tail, (end, end, committed + nl + 1, data[nl + 1 : -1]))
+        last = new_ids[-1]
     else:  # a foreign writer appended too: read the tail again, count later
-        kept = TranscriptView.of(fd, st, guard.seq, None)
+        new_tail, clean, last = None, False, ""
         before = None
     if view is not None:
-        guard.view = kept  # the same descriptor, already counted
+        view.advance(st, guard.seq, new_tail, clean, last)  # the same descriptor, already counted
+        guard.view = view
     else:
-        guard.keep_view(kept, counted=False)
+        guard.keep_view(TranscriptView.of(fd, st, guard.seq, new_tail, clean, last), counted=False)
     if before is not None:
         try:
             guard.write_count(st, before + lines)
         except OSError:  # a cache: the next reader rebuilds it
             pass
+
+
+_new_tuple = tuple.__new__
 
 
 def _drop(guard: SessionGuard, view: TranscriptView | None, fd: int) -> None:
