@@ -54,6 +54,15 @@ from jsonl_sessions import SessionStore
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+#: Variants of the bare append (flush mode): the seam's cost, and what dropping a system call buys.
+VARIANTS: dict[str, tuple[dict[str, bool], str]] = {
+    "bare_seam": ({"seam": True}, "bare Python, every call through jsonl_sessions._platform"),
+    "bare_one_stat": ({"one_stat": True}, "bare Python without the fstat (6 calls)"),
+    "bare_no_count": ({"no_count": True}, "bare Python without the count cache's pwrite (6 calls)"),
+    "bare_mapped": ({"mapped": True}, "bare Python, control file mapped: no pread, no pwrite (5 calls)"),
+}
+
+
 def append_group(base: str, mode: str, count: int, pool: list[dict[str, Any]], baseline: Any,
                  closers: list[Callable[[], object]]) -> Group:
     flush = mode == "flush"
@@ -90,6 +99,12 @@ def append_group(base: str, mode: str, count: int, pool: list[dict[str, Any]], b
     if baseline is not None:
         old = baseline.SessionStore(os.path.join(d, "baseline"), durability=mode)
         ops["baseline"] = lambda i: old.append(key, pool[i % size])
+    variants = VARIANTS if flush else {}
+    for name, (options, _label) in variants.items():
+        os.makedirs(os.path.join(d, name))
+        variant = BareAppend(os.path.join(d, name), durable=not flush, **options)
+        closers.append(variant.close)
+        ops[name] = lambda i, f=variant.append: f(pool[i % size])
     samples = interleaved(ops, count=count, block=BLOCK_FAST if flush else BLOCK_SLOW, warmup=100 if flush else 10)
     rows = [
         Row("floor", "floor: os.write of the encoded line" + ("" if flush else " + fsync"), samples["floor"]),
@@ -99,6 +114,7 @@ def append_group(base: str, mode: str, count: int, pool: list[dict[str, Any]], b
     ]
     if baseline is not None:
         rows.append(Row("baseline", "jsonl_sessions at the baseline revision", samples["baseline"]))
+    rows += [Row(name, label, samples[name]) for name, (_options, label) in variants.items()]
     return Group(f"append_{mode}", f'append, durability="{mode}"', f"per message, {count:,} appends", rows).finish()
 
 
@@ -189,9 +205,14 @@ def goals(groups: Sequence[Group]) -> list[Target]:
                ratio("append_fsync", "floor", "jsonl_sessions"), ">= 0.85"),
         Target("flush_append", "flush append rate / sqlite3 WAL NORMAL INSERT, INTEGER PRIMARY KEY",
                "sqlite3 / ours", ratio("append_flush", "sqlite", "jsonl_sessions"), ">= 1.0"),
+        Target("bare_seam", 'append "flush" / bare Python through the platform seam', "ours / bare seam",
+               ratio("append_flush", "jsonl_sessions", "bare_seam"), None),
         Target("flush_bare_sqlite", "bare Python flush append rate / the same sqlite3", "sqlite3 / bare",
                ratio("append_flush", "sqlite", "bare"), None),
     ]
+    for name in ("bare_one_stat", "bare_no_count", "bare_mapped"):
+        out.append(Target(f"flush_{name}", f"{VARIANTS[name][1]}: rate / sqlite3", "sqlite3 / variant",
+                          ratio("append_flush", "sqlite", name), None))
     if any(r.impl == "baseline" for r in by["append_flush"].rows):
         out += [
             Target("bare_flush_baseline", '[baseline] append "flush" / bare Python', "baseline / bare",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fcntl
 import math
+import mmap
 import os
 import random
 import re
@@ -48,6 +49,7 @@ _PAIRS = ["0123456789ABCDEFGHJKMNPQRSTVWXYZ"[i >> 5] + "0123456789ABCDEFGHJKMNPQ
           for i in range(1024)]
 _RESERVED = frozenset(("id", "created_at", "role", "kind", "content"))
 _MAX = (1 << 128) - 1
+_MASK40 = (1 << 40) - 1
 _has_null = re.compile(b"null").search
 
 
@@ -55,7 +57,8 @@ class BareAppend:
     """One session (``<stem>.jsonl`` and ``<stem>.lock`` in ``directory``) appended to by
     :meth:`append`; ``durable``: the ``"fsync"`` mode's calls."""
 
-    def __init__(self, directory: str, durable: bool, max_message_bytes: int = 64 << 20) -> None:
+    def __init__(self, directory: str, durable: bool, max_message_bytes: int = 64 << 20, *,
+                 seam: bool = False, one_stat: bool = False, no_count: bool = False, mapped: bool = False) -> None:
         self.path = os.path.join(directory, "bare.jsonl")
         self.lock_path = os.path.join(directory, "bare.lock")
         self.durable = durable
@@ -68,10 +71,24 @@ class BareAppend:
         self.dev, self.ino, self.size, self.mtime = st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
         self.seq = 0
         self.last = 0  # the last id's value (0: none yet)
+        self.top, self.head = -1, ""  # the upper 88 bits of the last id and their 18 characters
         # The count cache of the empty transcript (the store writes one with the first append).
         os.pwrite(self.lock_fd, _COUNT.pack(st.st_ino, 0, st.st_mtime_ns, 0, 0), 16)
+        # Variants, each dropping or replacing system calls, to measure what that buys (they
+        # give up guarantees: see benchmarks/README.md): every call through the store's
+        # platform seam (no call dropped); no fstat after the write (the next lstat checks
+        # the size only); no count cache written; the control file read and written
+        # through a mapping instead of pread / pwrite.
+        calls: Any = os
+        if seam:
+            from jsonl_sessions import _platform as calls
+        self._lstat, self._fstat, self._pread, self._pwrite = calls.lstat, calls.fstat, calls.pread, calls.pwrite
+        self.one_stat, self.no_count = one_stat, no_count
+        self.mapping = mmap.mmap(self.lock_fd, _FIXED.size) if mapped else None
 
     def close(self) -> None:
+        if self.mapping is not None:
+            self.mapping.close()
         os.close(self.fd)
         os.close(self.lock_fd)
 
@@ -93,17 +110,18 @@ class BareAppend:
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             try:
-                raw = os.pread(lock_fd, 4096, 0)
+                mapping = self.mapping
+                raw = self._pread(lock_fd, 4096, 0) if mapping is None else mapping
                 if len(raw) != _FIXED.size:
                     raise NotImplementedError("a roll-forward record (recovery) is not modelled")
                 end, seq, c_ino, c_size, c_mtime, c_lines, c_seq = _FIXED.unpack(raw)
                 if end or seq & 1:  # a retired mark, a visible end left, an odd counter
                     raise NotImplementedError("recovery is not modelled")
-                st = os.lstat(self.path)
+                st = self._lstat(self.path)
                 if not stat.S_ISREG(st.st_mode) or st.st_ino != self.ino or st.st_dev != self.dev:
                     raise NotImplementedError("reopening the path is not modelled")
                 size = st.st_size
-                if size != self.size or st.st_mtime_ns != self.mtime or seq != self.seq:
+                if size != self.size or (st.st_mtime_ns != self.mtime and not self.one_stat) or seq != self.seq:
                     raise NotImplementedError("reading the tail again is not modelled")
                 counted = c_lines if (c_ino == st.st_ino and c_size == size and c_mtime == st.st_mtime_ns
                                       and c_seq == seq) else -1
@@ -112,11 +130,17 @@ class BareAppend:
                 if value <= self.last:
                     value = min(self.last + 1 + random.getrandbits(40), _MAX)
                 t = _PAIRS
-                new_id = "".join((
-                    t[value >> 120], t[(value >> 110) & 1023], t[(value >> 100) & 1023], t[(value >> 90) & 1023],
-                    t[(value >> 80) & 1023], t[(value >> 70) & 1023], t[(value >> 60) & 1023],
-                    t[(value >> 50) & 1023], t[(value >> 40) & 1023], t[(value >> 30) & 1023],
-                    t[(value >> 20) & 1023], t[(value >> 10) & 1023], t[value & 1023]))
+                top = value >> 40
+                if top == self.top:
+                    head = self.head
+                else:
+                    ms, hi = top >> 40, top & _MASK40
+                    head = self.head = "".join((
+                        t[ms >> 40], t[(ms >> 30) & 1023], t[(ms >> 20) & 1023], t[(ms >> 10) & 1023], t[ms & 1023],
+                        t[hi >> 30], t[(hi >> 20) & 1023], t[(hi >> 10) & 1023], t[hi & 1023]))
+                    self.top = top
+                lo = value & _MASK40
+                new_id = "".join((head, t[lo >> 30], t[(lo >> 20) & 1023], t[(lo >> 10) & 1023], t[lo & 1023]))
                 record = {"id": new_id, "created_at": now if created is None else created, "role": role,
                           "kind": kind, "content": message.get("content")}
                 if not _RESERVED.issuperset(message):
@@ -133,19 +157,27 @@ class BareAppend:
                 fd = self.fd
                 try:
                     if self.durable:
-                        os.pwrite(lock_fd, _U64.pack(size + 1), 0)
+                        self._pwrite(lock_fd, _U64.pack(size + 1), 0)
                     if os.write(fd, line) != len(line):
                         raise OSError("short write")
                     if self.durable:
                         os.fsync(fd)
-                        os.pwrite(lock_fd, bytes(8), 0)
+                        self._pwrite(lock_fd, bytes(8), 0)
                 except BaseException:
                     os.ftruncate(fd, size)
                     raise
-                st = os.fstat(fd)
-                self.size, self.mtime, self.last = st.st_size, st.st_mtime_ns, value
-                if counted >= 0 and st.st_size == size + len(line):
-                    os.pwrite(lock_fd, _COUNT.pack(st.st_ino, st.st_size, st.st_mtime_ns, counted + 1, seq), 16)
+                if self.one_stat:
+                    new_size, mtime = size + len(line), st.st_mtime_ns
+                else:
+                    st = self._fstat(fd)
+                    new_size, mtime = st.st_size, st.st_mtime_ns
+                self.size, self.mtime, self.last = new_size, mtime, value
+                if counted >= 0 and new_size == size + len(line) and not self.no_count:
+                    packed = _COUNT.pack(st.st_ino, new_size, mtime, counted + 1, seq)
+                    if mapping is None:
+                        self._pwrite(lock_fd, packed, 16)
+                    else:
+                        mapping[16:56] = packed
                 return new_id
             finally:
                 fcntl.flock(lock_fd, fcntl.LOCK_UN)

@@ -43,27 +43,28 @@ def now_ms() -> int:
 
 def encode(value: int) -> str:
     """The 26-char ULID text of a 128-bit integer."""
-    # The text is 10 characters of the 48-bit time (with the 2 pad bits) and 8 of each
-    # 40-bit half of the random part, so the lookups shift small integers, not the
-    # 128-bit one; the time's 10 characters are reused while the millisecond is the same.
-    global _time_text
+    # The first 18 characters (the 48-bit time, its 2 pad bits, the upper 40 random bits)
+    # are reused while they are the same as last time: the next id of a session is usually
+    # the previous one plus a small step, or a fresh one in the same millisecond. The rest
+    # is 8 lookups shifting a small integer, not the 128-bit one.
+    global _head_text
     t = _PAIRS
-    ms = value >> 80
-    cached = _time_text
-    if cached[0] == ms:
+    top = value >> 40
+    cached = _head_text
+    if cached[0] == top:
         head = cached[1]
     else:
-        head = t[ms >> 40] + t[(ms >> 30) & 1023] + t[(ms >> 20) & 1023] + t[(ms >> 10) & 1023] + t[ms & 1023]
-        _time_text = (ms, head)
-    hi = (value >> 40) & _MASK40
+        ms, hi = top >> 40, top & _MASK40
+        head = "".join((t[ms >> 40], t[(ms >> 30) & 1023], t[(ms >> 20) & 1023], t[(ms >> 10) & 1023], t[ms & 1023],
+                        t[hi >> 30], t[(hi >> 20) & 1023], t[(hi >> 10) & 1023], t[hi & 1023]))
+        _head_text = (top, head)
     lo = value & _MASK40
-    return "".join((head, t[hi >> 30], t[(hi >> 20) & 1023], t[(hi >> 10) & 1023], t[hi & 1023],
-                    t[lo >> 30], t[(lo >> 20) & 1023], t[(lo >> 10) & 1023], t[lo & 1023]))
+    return "".join((head, t[lo >> 30], t[(lo >> 20) & 1023], t[(lo >> 10) & 1023], t[lo & 1023]))
 
 
-#: The millisecond :func:`encode` last wrote and its 10 characters (replaced as one tuple:
-#: thread-safe).
-_time_text: tuple[int, str] = (-1, "")
+#: The upper 88 bits :func:`encode` last wrote and their 18 characters (replaced as one
+#: tuple: thread-safe).
+_head_text: tuple[int, str] = (-1, "")
 _MASK40 = (1 << 40) - 1
 
 

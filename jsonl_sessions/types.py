@@ -20,6 +20,7 @@ from .errors import InvalidMessageError
 #: The fields every transcript line carries; every other field is an extra.
 RESERVED_FIELDS = ("id", "created_at", "role", "kind", "content")
 _RESERVED = frozenset(RESERVED_FIELDS)
+_STR_ONLY = {str}
 
 SessionStateName = Literal["idle", "running", "error"]
 
@@ -234,11 +235,13 @@ def as_message(message: ChatMessage | Mapping[str, Any]) -> ChatMessage:
             _check_field_types(role, mid, created, kind)  # raises the error of the wrong field
         data = {"id": mid, "created_at": created, "role": role, "kind": kind, "content": get("content")}
         if not plain:
-            for name, value in message.items():
-                if name not in _RESERVED:
+            if set(map(type, message)) != _STR_ONLY:  # a name that is not a str (or a subclass of it)
+                for name in message:
                     if not isinstance(name, str):
                         raise InvalidMessageError(reason=f"extra field {name!r} is reserved or not a string")
-                    data[name] = value
+            # The extras in their order after the five fields (which keep their places), in C.
+            data.update(message)
+            data["id"], data["kind"] = mid, kind  # as normalised above ("" and "message" for a missing one)
         msg = _new(ChatMessage)
         _set_data(msg, data)
         return msg
