@@ -27,6 +27,7 @@ from __future__ import annotations
 import abc
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import sidecar
@@ -41,14 +42,18 @@ from .arguments import (
     check_window,
 )
 from .compaction import CompactionReport
+from .finding import Collector, MessageSearch, check_search
 from .ids import now_ms
 from .keys import validate_key
+from .listing import Listing, Sort, check_listing, select
 from .protocol import SessionBackend
 from .types import (
     ChatMessage,
     Durability,
     MessageLike,
     Page,
+    SearchPage,
+    SessionList,
     SessionMetadata,
     SessionQuery,
     SessionState,
@@ -182,6 +187,12 @@ class BaseStore(SessionBackend):
     def _search(self, needle: str, limit: int | None, alias: str | None) -> list[SessionMetadata]:
         """:meth:`search` for the casefolded keyword ``needle`` (checked query)."""
 
+    @abc.abstractmethod
+    def _find_messages(self, search: MessageSearch, collector: Collector) -> None:
+        """Offer ``collector`` every message line (with its session key and 0-based
+        position) of every session ``search.wants_session`` accepts; lines that cannot
+        hold every term may be left out (see :mod:`jsonl_sessions.finding`)."""
+
     # -- primitives: metadata -------------------------------------------------------------
     @abc.abstractmethod
     def _meta_of(self, key: str) -> Mapping[str, Any] | None:
@@ -205,6 +216,13 @@ class BaseStore(SessionBackend):
     def _where(self, keep: Keep) -> list[SessionMetadata]:
         """The metadata of every session whose metadata object ``keep`` accepts, in key
         order (an unreadable object is None to ``keep``, logged, never an error)."""
+
+    def _list(self, listing: Listing) -> SessionList:
+        """One page of :meth:`list_sessions_with_metadata` (arguments checked). By default
+        the rules of :func:`jsonl_sessions.listing.select` over the full listing; a backend
+        that can order, filter and stop early on its storage overrides it, and must
+        return what that would."""
+        return select(listing, self._where(_everything))
 
     def _count_where(self, keep: Keep) -> int:
         """How many sessions ``keep`` accepts (a backend may count without describing)."""
@@ -305,9 +323,32 @@ class BaseStore(SessionBackend):
         needle, limit, alias = check_query(query)
         return self._search(needle, limit, alias)
 
+    def search_messages(self, text: str, *, roles: Iterable[str] | None = None, keys: Iterable[str] | None = None,
+                        agent_alias: str | None = None, name: str | None = None, since: int | None = None,
+                        until: int | None = None, limit: int = 50, cursor: str | None = None) -> SearchPage:
+        search = check_search(text, roles, keys, agent_alias, name, since, until, limit, cursor)
+        collector = search.collector()
+        self._find_messages(search, collector)
+        return collector.page()
+
     # -- metadata --------------------------------------------------------------------------
-    def list_sessions_with_metadata(self) -> list[SessionMetadata]:
-        return self._where(_everything)
+    def list_sessions_with_metadata(
+        self,
+        *,
+        sort: Sort = "key",
+        descending: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        cursor: str | None = None,
+        state: str | None = None,
+        agent_alias: str | None = None,
+        name_prefix: str | None = None,
+        updated_since: datetime | None = None,
+    ) -> SessionList:
+        spec = check_listing(sort, descending, limit, offset, cursor, state, agent_alias, name_prefix, updated_since)
+        if spec.everything:
+            return SessionList(self._where(_everything))
+        return self._list(spec)
 
     def get_session_name(self, key: str) -> str | None:
         return sidecar.text(self._meta_of(validate_key(key)), "name")

@@ -37,13 +37,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from .listing import Sort
 from .types import (
     ChatMessage,
     Durability,
     MessageLike,
     Page,
+    SearchPage,
+    SessionList,
     SessionMetadata,
     SessionQuery,
     SessionState,
@@ -321,6 +325,35 @@ class SessionBackend(Protocol):
         Cost: O(total size of the scanned sessions)."""
         ...
 
+    def search_messages(self, text: str, *, roles: Iterable[str] | None = None, keys: Iterable[str] | None = None,
+                        agent_alias: str | None = None, name: str | None = None, since: int | None = None,
+                        until: int | None = None, limit: int = 50, cursor: str | None = None) -> SearchPage:
+        """The messages whose searchable text holds every term of ``text``, newest first,
+        at most ``limit``, with the cursor of the next page.
+
+        ``text``: words and ``"quoted phrases"``; a message matches when each occurs in its
+        searchable text (the text of its ``content``, as :meth:`search` reads it: parts
+        joined by a newline) by Unicode case folding (``str.casefold``: ``"strasse"``
+        matches ``"Straße"``); no term (an empty ``text``) matches every message. Filters:
+        ``roles`` (the message's role is one of them), ``keys`` (the session is one of
+        them), ``agent_alias`` (the session is attributed to it), ``name`` (the session's
+        name contains it, case folded), ``since`` / ``until`` (``created_at`` in
+        ``[since, until)``, ms; a message without ``created_at`` passes neither).
+        Order: ``created_at`` descending (messages without one last), then session key,
+        then the later message of a session first. ``cursor`` is the ``cursor`` of the
+        previous page (opaque); the next page starts strictly after its last hit. Each
+        hit has a ``snippet`` of the text around the first match and the offsets of the
+        matches in it (:mod:`jsonl_sessions.matcher`). Messages that do not parse are
+        skipped, never an error.
+
+        :raises TypeError: an argument of the wrong type.
+        :raises ValueError: ``limit`` is not an int from 1 to 10,000, or ``cursor`` is
+            not a cursor of this search (:class:`InvalidArgumentError`); a key of ``keys``
+            cannot name a session (:class:`InvalidSessionKeyError`).
+        Reads one committed state of each session; takes no lock. Cost: O(total size of
+        the sessions the filters leave), less where the backend's full-text index answers."""
+        ...
+
     def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport:
         """Check the stored data (every session, or only ``keys``) for damage and for what
         interrupted writes left: messages that do not parse (each with its 1-based line
@@ -350,10 +383,47 @@ class SessionBackend(Protocol):
         Cost: O(1) in the session's length."""
         ...
 
-    def list_sessions_with_metadata(self) -> list[SessionMetadata]:
-        """Every session's metadata, in key order. A session whose metadata cannot be read
-        is listed with what its storage tells (logged), never an error.
-        Cost: O(N), no message is read."""
+    def list_sessions_with_metadata(
+        self,
+        *,
+        sort: Sort = "key",
+        descending: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        cursor: str | None = None,
+        state: str | None = None,
+        agent_alias: str | None = None,
+        name_prefix: str | None = None,
+        updated_since: datetime | None = None,
+    ) -> SessionList:
+        """Sessions' metadata, sorted, filtered and paged; without arguments every session
+        in key order. A session whose metadata cannot be read is listed with what its
+        storage tells (logged), never an error.
+
+        ``sort``: ``"key"``, ``"updated_at"``, ``"created_at"``, ``"name"`` or
+        ``"message_count"``; ties are broken by the key, in the same direction; a session
+        without the value (no name, no ``created_at``) comes after every session with one
+        in both directions. ``descending`` reverses the order. Filters (all given must
+        hold): ``state`` (the run state), ``agent_alias``, ``name_prefix`` (the name
+        starts with it, case-sensitive; a session without a name never matches),
+        ``updated_since`` (``updated_at >= updated_since``, an aware datetime).
+        At most ``limit`` sessions (None: all), after skipping ``offset`` of them or from
+        ``cursor`` on. The result is a list (:class:`~jsonl_sessions.types.SessionList`)
+        whose ``cursor`` continues the listing (None: this was the last page).
+
+        The cursor is keyset paging: it names the sort value and key of the last session
+        returned, and the next page holds the sessions after that position as they are
+        when it is read. Walking pages by cursor, a session that exists throughout and
+        whose sort value does not change appears exactly once; sessions added meanwhile
+        appear when their position is after the cursor; one whose sort value changed
+        between two pages may appear twice or not at all. An offset shifts when sessions
+        are added or removed before it.
+
+        :raises InvalidArgumentError: an unknown ``sort`` or ``state``, a negative
+            ``limit`` or ``offset``, both ``cursor`` and ``offset``, a malformed cursor
+            or one of another sort or direction, a naive ``updated_since``.
+        Cost: O(N) in the sessions, no message is read (a backend may stop early: each
+        states how)."""
         ...
 
     def get_session_name(self, key: str) -> str | None:
@@ -499,9 +569,25 @@ class AsyncSessionBackend(Protocol):
     async def cleanup_stale(self, ttl_hours: float) -> int: ...
     async def compact(self, key: str, *, repair: bool = False) -> int: ...
     async def search(self, query: SessionQuery) -> list[SessionMetadata]: ...
+    async def search_messages(self, text: str, *, roles: Iterable[str] | None = None,
+                              keys: Iterable[str] | None = None, agent_alias: str | None = None,
+                              name: str | None = None, since: int | None = None, until: int | None = None,
+                              limit: int = 50, cursor: str | None = None) -> SearchPage: ...
     async def verify(self, keys: Iterable[str] | None = None, *, fix: bool = False) -> VerifyReport: ...
     async def get_session_metadata(self, key: str) -> SessionMetadata | None: ...
-    async def list_sessions_with_metadata(self) -> list[SessionMetadata]: ...
+    async def list_sessions_with_metadata(
+        self,
+        *,
+        sort: Sort = "key",
+        descending: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+        cursor: str | None = None,
+        state: str | None = None,
+        agent_alias: str | None = None,
+        name_prefix: str | None = None,
+        updated_since: datetime | None = None,
+    ) -> SessionList: ...
     async def get_session_name(self, key: str) -> str | None: ...
     async def set_session_name(self, key: str, name: str) -> None: ...
     async def get_session_agent_alias(self, key: str) -> str | None: ...

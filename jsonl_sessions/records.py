@@ -9,12 +9,11 @@ the line).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from . import codec
 
-_U_ESCAPE = re.compile(rb"\\u").search
 _NON_ASCII = re.compile(rb"[\x80-\xff]").search
 
 
@@ -52,19 +51,24 @@ class Prefilter:
     """Finds, with byte searches and before any line is decoded, the lines of a block of
     transcript lines that may mention one ``needle`` (casefolded): every line whose text
     contains the needle is among them, so checking only those never changes a result.
-    :meth:`candidates` gives no line when the block holds no ``\\u`` escape and the needle
-    is not ASCII but the block is (ASCII text casefolds to ASCII). When the needle is
-    ASCII without a character JSON may escape (``"``, ``\\``, ``/``, control characters)
-    and the block holds no ``\\u`` escape and none of the non-ASCII characters whose
-    casefold has one of the needle's characters (:data:`FOLDS_TO_ASCII`), every match in
-    a casefolded text comes from ASCII characters written as they are: the candidates are
-    the lines holding the needle in the block lowercased (ASCII letters only). Otherwise
-    every line is a candidate.
 
-    Each search is a compiled literal (the regex engine skips to a literal's first byte
-    faster than ``bytes.find`` does); those characters are looked for by their UTF-8
-    lead byte first (one ``memchr``; UTF-8 never puts a lead byte inside another
-    character), and only the groups whose lead byte the block holds are searched.
+    A decoded string differs from its bytes in the line only by JSON escapes and by UTF-8:
+    when the needle is ASCII without a character JSON may escape (``"``, ``\\``, ``/``,
+    control characters), a line holding it in its text either holds it in its bytes
+    lowercased (ASCII letters only), or holds a ``\\u`` escape of a character that is not
+    a control character (an escaped letter, an escaped non-ASCII character), or holds
+    one of the non-ASCII characters whose casefold has one of the needle's characters
+    (:data:`FOLDS_TO_ASCII`): the candidates are the lines with any of these, each found by
+    its own byte search. Escapes of control characters (``\\u001b`` of ANSI colour codes,
+    which tool output is full of) hide no letter, so they make no line a candidate. When
+    the needle is not ASCII, the candidates are the lines with a non-ASCII byte or such an
+    escape (ASCII text casefolds to ASCII). Otherwise every line is a candidate.
+
+    Each search is a compiled pattern (the regex engine skips to a literal's first byte
+    faster than ``bytes.find`` does); the non-ASCII characters are looked for by their
+    UTF-8 lead byte first (one ``memchr``; UTF-8 never puts a lead byte inside another
+    character), and only the groups whose lead byte the block holds are searched. Cost:
+    O(len(block)) per search, plus O(1) per candidate line.
     """
 
     __slots__ = ("_find", "ascii", "leads", "literal")
@@ -80,32 +84,57 @@ class Prefilter:
         self.leads = [(lead, re.compile(b"|".join(map(re.escape, chars))).search) for lead, chars in groups.items()]
         self._find = re.compile(re.escape(self.ascii)).search if self.literal and self.ascii else None
 
-    def candidates(self, block: bytes, end: int | None = None) -> list[bytes] | None:
-        """The lines of ``block[:end]`` (complete lines, each ending with a newline; bytes
-        after ``end`` are ignored) that may mention the needle, without their newlines;
-        None when every line may. O(len(block))."""
+    def line_starts(self, block: bytes, start: int = 0, end: int | None = None) -> list[int] | None:
+        """The offsets of the lines of ``block[start:end]`` (complete lines, each ending
+        with a newline; bytes after ``end`` are ignored) that may mention the needle, in
+        order; None when every line may. O(len(block))."""
         if end is None:
             end = len(block)
-        if _U_ESCAPE(block, 0, end):
-            return None
         if self.ascii is None:
-            return [] if block.isascii() or _NON_ASCII(block, 0, end) is None else None
+            starts: set[int] = set()
+            _lines_with(_NON_ASCII, block, start, end, starts)
+            _lines_with(_TEXT_ESCAPE, block, start, end, starts)
+            return sorted(starts)
         find = self._find
         if find is None:
             return None
+        starts = set()
+        _lines_with(find, block.lower(), start, end, starts)
         if not block.isascii():
             for lead, search in self.leads:
-                if block.find(lead, 0, end) != -1 and search(block, 0, end):
-                    return None
-        lowered = block.lower()
-        out = []
-        match = find(lowered, 0, end)
-        while match is not None:
-            at = match.start()
-            stop = block.index(b"\n", at)  # the needle holds no newline: the match is in one line
-            out.append(block[block.rfind(b"\n", 0, at) + 1 : stop])
-            match = find(lowered, stop + 1, end)
-        return out
+                if block.find(lead, start, end) != -1:
+                    _lines_with(search, block, start, end, starts)
+        if block.find(b"\\u", start, end) != -1:
+            _lines_with(_TEXT_ESCAPE, block, start, end, starts)
+        return sorted(starts)
+
+    def candidates(self, block: bytes, end: int | None = None) -> list[bytes] | None:
+        """The lines of ``block[:end]`` (see :meth:`line_starts`) that may mention the
+        needle, without their newlines; None when every line may."""
+        starts = self.line_starts(block, 0, end)
+        if starts is None:
+            return None
+        return [block[at : block.index(b"\n", at)] for at in starts]
+
+
+#: A ``\\u`` escape of a character that is not a control character (``\\u0000``-``\\u001f``
+#: hide no letter). An escaped backslash followed by ``u`` is found too: a superset.
+_TEXT_ESCAPE = re.compile(rb"\\u(?!00[01])").search
+
+
+def _lines_with(search: Callable[[bytes, int, int], re.Match[bytes] | None], block: bytes, start: int, end: int,
+                starts: set[int]) -> None:
+    """Add to ``starts`` the start of every line of ``block[start:end]`` where ``search``
+    finds a match starting in the line (a match never spans a newline here); each line is
+    searched once past its first match."""
+    match = search(block, start, end)
+    while match is not None:
+        at = match.start()
+        starts.add(max(block.rfind(b"\n", start, at) + 1, start))
+        stop = block.find(b"\n", at)
+        if stop == -1 or stop + 1 >= end:
+            return
+        match = search(block, stop + 1, end)
 
 
 #: For each ASCII character, the non-ASCII characters whose casefold contains it (``ß``

@@ -10,7 +10,7 @@ behaves like a frozen dataclass: fields are read-only attributes, equality is by
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -316,6 +316,20 @@ class SessionMetadata:
     fork_point: str | None = None
 
 
+class SessionList(list[SessionMetadata]):
+    """A list of sessions (a plain list in every other respect) with the cursor of the next page."""
+
+    #: Opaque; pass it as ``cursor=`` for the next page. None: this was the last page.
+    cursor: str | None
+
+    def __init__(self, sessions: Iterable[SessionMetadata] = (), cursor: str | None = None) -> None:
+        super().__init__(sessions)
+        self.cursor = cursor
+
+    def __repr__(self) -> str:
+        return f"SessionList({list.__repr__(self)}, cursor={self.cursor!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class SessionQuery:
     """A search: case-insensitive ``keyword``, at most ``limit`` results, optional alias filter."""
@@ -333,3 +347,27 @@ class Page:
     has_more: bool
     before: str | None
     after: str | None
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One message found by ``search_messages``: where it is (session ``key``,
+    ``message_id``), its ``role`` and ``created_at`` (ms since the epoch, None when it has
+    none), and a ``snippet`` of its searchable text around the first match with the
+    ``[start, end)`` character offsets of every match inside the snippet."""
+
+    key: str
+    message_id: str
+    role: str
+    created_at: int | None
+    snippet: str
+    matches: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    """A page of ``search_messages``: ``hits`` newest first, and ``cursor`` (opaque) to pass
+    as ``cursor=`` for the next, older hits; None when there are no more."""
+
+    hits: list[SearchHit]
+    cursor: str | None

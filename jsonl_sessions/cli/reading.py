@@ -43,7 +43,7 @@ SORTS: dict[str, tuple[Callable[[SessionMetadata], Any], bool]] = {
 
 def cmd_ls(args: argparse.Namespace) -> int:
     store = open_store(args)
-    sessions = store.list_sessions_with_metadata()
+    sessions: list[SessionMetadata] = store.list_sessions_with_metadata()
     if args.alias is not None:
         sessions = [md for md in sessions if md.agent_alias == args.alias]
     if args.state is not None:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from .. import _platform, records
 from ..base import search_order, search_results
 from ..errors import SessionStoreError
+from ..finding import Collector, MessageSearch
 from ..types import SessionMetadata
 from . import control
 from .layout import SessionFiles
@@ -73,15 +74,65 @@ def mentions_in(root: Root, files: SessionFiles, needle: str, prefilter: records
         return False
 
 
-def line_blocks(fd: int, size: int, block: int = CHUNK_BYTES) -> Iterator[tuple[int, bytes, int]]:
+def find_messages(root: Root, search: MessageSearch, collector: Collector) -> None:
+    """Offer ``collector`` the lines of every session ``search`` wants that may hold its
+    longest term (a :class:`~jsonl_sessions.records.Prefilter` per block; every line when
+    the search has no term), each with its 0-based line number in the transcript. Takes no
+    lock; an unreadable session is logged and skipped. Memory: one block plus the page."""
+    prefilter = records.Prefilter(search.longest) if search.terms else None
+    for files, look in looks(root):
+        if search.wants_session(files.key, look.meta):
+            scan_session(root, files, prefilter, collector)
+
+
+def scan_session(root: Root, files: SessionFiles, prefilter: records.Prefilter | None, collector: Collector,
+                 start: int = 0, first: int = 0) -> None:
+    """Offer ``collector`` the candidate lines of one session from byte ``start`` (a line
+    start; line number ``first``) to its committed end, read as one consistent state."""
+    key = files.key
+
+    def scan(fd: int, size: int) -> Collector:
+        part = collector.fork()  # a read retried after an in-place change starts over
+        number = first
+        for at, block, end in line_blocks(fd, size, first=start):
+            begin = len(BOM) if at == 0 and block.startswith(BOM) else 0
+            starts = None if prefilter is None else prefilter.line_starts(block, begin, end)
+            if starts is None:
+                pos = begin
+                while pos < end:
+                    stop = block.index(b"\n", pos)
+                    part.offer(key, number, block[pos:stop])
+                    number += 1
+                    pos = stop + 1
+                continue
+            pos = begin
+            for line_start in starts:
+                number += block.count(b"\n", pos, line_start)
+                stop = block.index(b"\n", line_start)
+                part.offer(key, number, block[line_start:stop])
+                number += 1
+                pos = stop + 1
+            number += block.count(b"\n", pos, end)
+        return part
+
+    try:
+        found = control.with_transcript(root, files, scan)
+    except (OSError, SessionStoreError) as exc:  # unreadable, or not a regular file: skipped
+        log.warning("cannot search session %r: %s", key, exc)
+        return
+    if found is not None:
+        collector.merge(found)
+
+
+def line_blocks(fd: int, size: int, block: int = CHUNK_BYTES, first: int = 0) -> Iterator[tuple[int, bytes, int]]:
     """``(start, data, end)`` for runs of complete lines of the first ``size`` bytes:
     ``data[:end]`` are the lines from offset ``start``, each ending with a newline (a
     torn tail is not yielded). Each read is ``block`` bytes; the part of a line it ends in
     is read again by the next read rather than copied and joined (``data`` is the read
     itself: no copy of a block is made); a line longer than a block is read in blocks
-    and joined. No read asks for more than ``block`` bytes. Cost: O(bytes read) plus the
-    partial lines read twice (one line per read)."""
-    at = 0
+    and joined. No read asks for more than ``block`` bytes; the first starts at ``first``
+    (a line start). Cost: O(bytes read) plus the partial lines read twice (one line per read)."""
+    at = first
     while at < size:
         n = min(block, size - at)
         data = _platform.pread(fd, n, at)

@@ -37,6 +37,7 @@ from typing import Any
 from .. import _platform
 from ..base import DEFAULT_MAX_MESSAGE_BYTES, BaseStore, Keep
 from ..compaction import CompactionReport
+from ..finding import Collector, MessageSearch
 from ..types import (
     ChatMessage,
     Durability,
@@ -259,6 +260,9 @@ class SessionStore(BaseStore):
 
     def _search(self, needle: str, limit: int | None, alias: str | None) -> list[SessionMetadata]:
         return search.search(self._root, needle, limit, alias)
+
+    def _find_messages(self, found: MessageSearch, collector: Collector) -> None:
+        search.find_messages(self._root, found, collector)
 
     def _meta_of(self, key: str) -> dict[str, Any] | None:
         return metadata.meta_of(self._files(key))

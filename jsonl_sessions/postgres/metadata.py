@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import records, rows, sidecar
 from ..base import search_order, search_results
+from ..finding import Collector, MessageSearch
 from ..types import SessionMetadata
 from .base import PostgresCore, SessionRow, nul_free
 from .db import Conn
@@ -115,6 +116,28 @@ class MetadataMethods(PostgresCore):
             if sid not in hits and records.mentions(line.encode(), needle, ascii_needle):
                 hits.add(sid)
         return hits
+
+    def _find_messages(self, search: MessageSearch, collector: Collector) -> None:
+        # The server leaves the rows whose folded text (case-folded by Python when the row
+        # was written) holds every term, plus those without folded text (a line that does
+        # not parse, or text holding NUL); LIKE is what a pg_trgm index (``index build``)
+        # answers. Each row left is then confirmed by the collector.
+        terms = [t for t in search.terms if "\x00" not in t]
+        cond = "".join(" AND folded LIKE %s" for _ in terms)
+        patterns = ["%" + t.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for t in terms]
+
+        def read(c: Conn) -> Collector:
+            part = collector.fork()  # a read retried on another connection starts over
+            chosen = {s.id: s.key for s, meta in self._all(c) if search.wants_session(s.key, meta)}
+            if not chosen:
+                return part
+            sql = (f"SELECT session, seq, line FROM {self._s}.messages WHERE session = ANY(%s) "
+                   f"AND (folded IS NULL OR (TRUE{cond}))")
+            for sid, seq, line in c.execute(sql, (list(chosen), *patterns)):
+                part.offer(chosen[sid], seq, line.encode())
+            return part
+
+        collector.merge(self._db.read(read))
 
     # -- compact / repair -----------------------------------------------------------------
     def _quarantine(self, c: Conn, key: str, data: list[tuple[int, bytes]]) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import records, sidecar
 from ..base import search_order, search_results
+from ..finding import Collector, MessageSearch
 from ..types import SessionMetadata
 from .base import SessionRow, SqliteCore
 
@@ -70,6 +71,17 @@ class MetadataMethods(SqliteCore):
 
             ordered = search_order(((s.activity_ns, s.key, meta, (s, meta)) for s, meta in self._all(c)), alias)
             return search_results(ordered, needle, limit, mentions, lambda item: self._describe(*item))
+
+    def _find_messages(self, search: MessageSearch, collector: Collector) -> None:
+        # A scan of the rows of the sessions the filters leave; a row that cannot hold the
+        # longest term is ruled out by a byte test before it is decoded.
+        may_hold = search.may_hold
+        with self._db.read() as c:
+            for s, meta in self._all(c):
+                if search.wants_session(s.key, meta):
+                    for seq, line in c.execute("SELECT seq, line FROM messages WHERE session = ?", (s.id,)):
+                        if may_hold(line):
+                            collector.offer(s.key, seq, line)
 
     # -- compact / repair -----------------------------------------------------------------
     def _quarantine(self, c: sqlite3.Connection, key: str, data: list[tuple[int, bytes]]) -> str:

@@ -107,6 +107,7 @@ SAMPLES: dict[str, Any] = {
     "ttl_hours": 10**6,
     "threshold_secs": 10**6,
     "query": SessionQuery("x"),
+    "text": "x",
 }
 
 #: What a method returns on a missing session when it neither raises nor creates it,
@@ -315,6 +316,10 @@ BAD_LISTING: dict[str, Case] = {
     "search keyword not a string": ("search", {"query": SessionQuery(5)}, TypeError),  # type: ignore[arg-type]
     "search negative limit": ("search", {"query": SessionQuery("a", limit=-1)}, InvalidArgumentError),
     "search alias not a string": ("search", {"query": SessionQuery("a", agent_alias=3)}, TypeError),  # type: ignore[arg-type]
+    "search_messages text not a string": ("search_messages", {"text": 5}, TypeError),
+    "search_messages limit 0": ("search_messages", {"limit": 0}, InvalidArgumentError),
+    "search_messages foreign cursor": ("search_messages", {"cursor": "x"}, InvalidArgumentError),
+    "search_messages roles a string": ("search_messages", {"roles": "user"}, TypeError),
     "count_agent_attribution None": ("count_agent_attribution", {"agent_alias": None}, TypeError),
     "rename_agent_attribution None": ("rename_agent_attribution", {"old_alias": None}, TypeError),
     "rename_agent_attribution to None": ("rename_agent_attribution", {"new_alias": None}, TypeError),

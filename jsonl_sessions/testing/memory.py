@@ -44,6 +44,7 @@ from .. import codec
 from ..base import DEFAULT_MAX_MESSAGE_BYTES, BaseStore, Keep
 from ..compaction import CompactionReport, plan_lines
 from ..errors import LockTimeoutError
+from ..finding import Collector, MessageSearch
 from ..ids import assign_ids
 from ..keys import validate_key
 from ..protocol import SessionBackend
@@ -294,6 +295,14 @@ class MemorySessionStore(BaseStore):
         with self._model:
             return [self._metadata(k, self._ref.sessions[k])
                     for k in self._ref.search(needle, agent_alias=alias, limit=limit)]
+
+    def _find_messages(self, search: MessageSearch, collector: Collector) -> None:
+        with self._model:
+            chosen = [(key, list(s.messages)) for key, s in self._ref.sessions.items()
+                      if search.wants_session(key, _fields(s))]
+        for key, messages in chosen:
+            for position, m in enumerate(messages):
+                collector.offer(key, position, codec.encode_record(codec.record_of(m, m.id, m.created_at or 0))[:-1])
 
     def _compaction_report(self, key: str, repair: bool) -> CompactionReport:
         """Nothing to drop in memory: the plan of the stored lines, which keeps them all."""
