@@ -217,10 +217,11 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
         except BaseException:
             guard.drop_view()
             raise
-        if stat.S_ISREG(st.st_mode) and view.same_file(st):
+        if view.unchanged(st, guard.seq) and stat.S_ISREG(st.st_mode):  # the usual case: one check
             fd = view.fd
-            if view.unchanged(st, guard.seq):
-                tail, clean, last = view.tail, view.clean, view.last_id
+            tail, clean, last = view.tail, view.clean, view.last_id
+        elif stat.S_ISREG(st.st_mode) and view.same_file(st):
+            fd = view.fd
         else:
             guard.drop_view()
             view = None
@@ -275,7 +276,8 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
     except BaseException as exc:
         _fail(group, exc)
         raise
-    _done(group)
+    if group is not None:
+        _done(group)
     return new_ids
 
 
