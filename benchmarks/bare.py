@@ -49,7 +49,7 @@ _PAIRS = ["0123456789ABCDEFGHJKMNPQRSTVWXYZ"[i >> 5] + "0123456789ABCDEFGHJKMNPQ
           for i in range(1024)]
 _RESERVED = frozenset(("id", "created_at", "role", "kind", "content"))
 _MAX = (1 << 128) - 1
-_MASK40 = (1 << 40) - 1
+_MASK50 = (1 << 50) - 1
 _has_null = re.compile(b"null").search
 
 
@@ -71,7 +71,7 @@ class BareAppend:
         self.dev, self.ino, self.size, self.mtime = st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
         self.seq = 0
         self.last = 0  # the last id's value (0: none yet)
-        self.top, self.head = -1, ""  # the upper 88 bits of the last id and their 18 characters
+        self.top, self.head = -1, ""  # the upper 78 bits of the last id and their 16 characters
         # The count cache of the empty transcript (the store writes one with the first append).
         os.pwrite(self.lock_fd, _COUNT.pack(st.st_ino, 0, st.st_mtime_ns, 0, 0), 16)
         # Variants, each dropping or replacing system calls, to measure what that buys (they
@@ -130,17 +130,18 @@ class BareAppend:
                 if value <= self.last:
                     value = min(self.last + 1 + random.getrandbits(40), _MAX)
                 t = _PAIRS
-                top = value >> 40
+                top = value >> 50
                 if top == self.top:
                     head = self.head
                 else:
-                    ms, hi = top >> 40, top & _MASK40
+                    ms, hi = top >> 30, top & 0x3FFFFFFF
                     head = self.head = "".join((
                         t[ms >> 40], t[(ms >> 30) & 1023], t[(ms >> 20) & 1023], t[(ms >> 10) & 1023], t[ms & 1023],
-                        t[hi >> 30], t[(hi >> 20) & 1023], t[(hi >> 10) & 1023], t[hi & 1023]))
+                        t[hi >> 20], t[(hi >> 10) & 1023], t[hi & 1023]))
                     self.top = top
-                lo = value & _MASK40
-                new_id = "".join((head, t[lo >> 30], t[(lo >> 20) & 1023], t[(lo >> 10) & 1023], t[lo & 1023]))
+                lo = value & _MASK50
+                new_id = "".join((head, t[lo >> 40], t[(lo >> 30) & 1023], t[(lo >> 20) & 1023],
+                                  t[(lo >> 10) & 1023], t[lo & 1023]))
                 record = {"id": new_id, "created_at": now if created is None else created, "role": role,
                           "kind": kind, "content": message.get("content")}
                 if not _RESERVED.issuperset(message):
