@@ -34,8 +34,9 @@ fails every append it covered). The others wait on a condition variable and neve
 the guard or the file. A lone thread never queues: it takes the guard and writes.
 
 System calls of an append to a warm session: flock, pread of the control file, lstat,
-write, fstat, pwrite of the count cache, unlock; ``"fsync"`` mode adds a pwrite of the
-visible end before the write, an fsync and a pwrite after it.
+write, fstat, pwrite of the count cache, unlock (7); ``"fsync"`` mode sets the visible
+end (a pwrite) before the write, makes the fstat before an fsync, and after the fsync
+clears the visible end and writes the count cache in one pwrite (9).
 """
 
 from __future__ import annotations
@@ -293,7 +294,10 @@ def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: in
 
     Durable mode: the counter is odd throughout when the append rewrites in place anyway
     (a torn tail cut, a batch), else the visible end hides the new bytes from lock-free
-    readers (one ``pwrite`` before the write, one after the fsync). If clearing it fails,
+    readers (one ``pwrite`` before the write, one after the fsync, which also writes the
+    count cache: the ``fstat`` it needs is made before the fsync, as the write already
+    set the size and mtime, so that after the fsync only that ``pwrite`` and the unlock
+    remain). If clearing it fails,
     the lines are cut as after a failed fsync (a reader may not see them until the next
     guard holder clears it, and the append is not acknowledged). Failing to finish the
     bookkeeping after a successful write (the counter made even again, the record
@@ -320,12 +324,19 @@ def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: in
             _platform.truncate(fd, committed)
     elif hide:
         guard.hide_from(committed)
+    after: os.stat_result | None = None  # the transcript after the write, stat'ed before the fsync
+    counted = False  # whether clearing the visible end wrote the count cache too
     try:
         _platform.write(fd, data)
         if durable:
+            after = _stat_or_none(fd)
             _platform.fsync(fd)
         if hide:
-            guard.show_all()
+            if before is not None and after is not None and after.st_size == committed + len(data):
+                guard.show_all(after, before + lines)
+                counted = True
+            else:  # no count known, or a foreign writer appended too: count later
+                guard.show_all()
     except BaseException:
         in_place = True
         with contextlib.suppress(OSError):
@@ -344,11 +355,14 @@ def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: in
                     guard.clear_record(durable)
             except OSError:
                 pass
-    try:
-        st = _platform.fstat(fd)
-    except OSError:
-        _drop(guard, view, fd)
-        return
+    if after is not None:
+        st = after
+    else:
+        try:
+            st = _platform.fstat(fd)
+        except OSError:
+            _drop(guard, view, fd)
+            return
     end = committed + len(data)
     if st.st_size == end:
         nl = data.rfind(b"\n", 0, len(data) - 1)
@@ -363,7 +377,7 @@ def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: in
         guard.view = view
     else:
         guard.keep_view(TranscriptView.of(fd, st, guard.seq, new_tail, clean, last), counted=False)
-    if before is not None:
+    if before is not None and not counted:
         try:
             guard.write_count(st, before + lines)
         except OSError:  # a cache: the next reader rebuilds it
@@ -371,6 +385,14 @@ def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: in
 
 
 _new_tuple = tuple.__new__
+
+
+def _stat_or_none(fd: int) -> os.stat_result | None:
+    """``fstat`` of ``fd``, None when it fails (the caller stats again later, or does without)."""
+    try:
+        return _platform.fstat(fd)
+    except OSError:
+        return None
 
 
 def _drop(guard: SessionGuard, view: TranscriptView | None, fd: int) -> None:

@@ -385,9 +385,17 @@ class SessionGuard:
         self.hidden = at
         _platform.pwrite(self._fd, SEQ.pack(at + 1), VISIBLE_OFFSET)
 
-    def show_all(self) -> None:
-        """Readers may use the whole transcript again (one ``pwrite``)."""
-        _platform.pwrite(self._fd, bytes(SEQ.size), VISIBLE_OFFSET)
+    def show_all(self, st: os.stat_result | None = None, lines: int = 0) -> None:
+        """Readers may use the whole transcript again (one ``pwrite``). With ``st``: in the
+        same ``pwrite``, the count cache says that the transcript ``st`` describes has
+        ``lines`` complete lines (see :meth:`write_count`), so a durable append makes one
+        write to the control file after its fsync, not two."""
+        if st is None:
+            _platform.pwrite(self._fd, bytes(SEQ.size), VISIBLE_OFFSET)
+        else:
+            values = (st.st_ino, st.st_size, st.st_mtime_ns, lines, self.seq)
+            _platform.pwrite(self._fd, FIXED.pack(0, self.seq, *values), VISIBLE_OFFSET)
+            self.count = _new_tuple(CountCache, values)
         self.hidden = None
 
     def write_count(self, st: os.stat_result, lines: int) -> None:

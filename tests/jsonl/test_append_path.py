@@ -52,8 +52,9 @@ def contents(root: pathlib.Path) -> list[str]:
 
 #: The system calls of an append to a warm session.
 WARM_CALLS = ["try_lock", "pread", "lstat", "write", "fstat", "pwrite", "unlock"]
-#: ... in fsync mode: the visible end set before the write and cleared after the fsync.
-WARM_DURABLE_CALLS = ["try_lock", "pread", "lstat", "pwrite", "write", "fsync", "pwrite", "fstat", "pwrite", "unlock"]
+#: ... in fsync mode: the visible end set before the write, the fstat before the fsync, the
+#: visible end cleared and the count cache written in one pwrite after it.
+WARM_DURABLE_CALLS = ["try_lock", "pread", "lstat", "pwrite", "write", "fstat", "fsync", "pwrite", "unlock"]
 #: Functions of the group commit's queue: a lone writer never runs them.
 QUEUE_FUNCTIONS = {"_queued", "_wait_for_writer", "_step_down"}
 
