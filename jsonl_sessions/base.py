@@ -69,6 +69,8 @@ log = logging.getLogger("jsonl_sessions")
 
 #: The default bound on one encoded message (``max_message_bytes``) of every store.
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: The default ``lock_timeout`` of every store (seconds), which the command line uses too.
+DEFAULT_LOCK_TIMEOUT = 30.0
 
 #: A test of one session's metadata object (None: the object cannot be read).
 Keep = Callable[[Mapping[str, Any] | None], bool]
@@ -416,4 +418,4 @@ class BaseStore(SessionBackend):
         return self._reattribute(check_text("agent_alias", agent_alias), None)
 
 
-__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "BaseStore", "Keep", "search_order", "search_results"]
+__all__ = ["DEFAULT_LOCK_TIMEOUT", "DEFAULT_MAX_MESSAGE_BYTES", "BaseStore", "Keep", "search_order", "search_results"]

@@ -128,12 +128,25 @@ def all_complete(records: list[Any]) -> bool:
 
 
 def decode_record(line: bytes) -> dict[str, Any]:
-    """Parse one line (without its newline) into a validated record; ValueError with the reason."""
-    obj = loads(line)
+    """Parse one line (without its newline) into a validated record; ValueError with the
+    reason (for text that is not JSON: what the parser found and at which column of the
+    line, never the parser's own "line 1": the caller knows the file's line number)."""
+    try:
+        obj = loads(line)
+    except JSONDecodeError as exc:
+        raise ValueError(not_json(exc)) from None
     reason = invalid_reason(obj)
     if reason is not None:
         raise ValueError(reason)
     return obj  # type: ignore[no-any-return]
+
+
+def not_json(exc: ValueError) -> str:
+    """The reason a single line does not parse as JSON: the parser's message and the column
+    in that line (orjson says "line 1 column N (char M)" of the one line it was given)."""
+    if isinstance(exc, JSONDecodeError):
+        return f"not JSON: {exc.msg} at column {exc.colno}"
+    return str(exc) or type(exc).__name__
 
 
 def decode_message(line: bytes) -> ChatMessage:

@@ -273,8 +273,12 @@ class DatabaseFront(BaseStore):
         got = self._read_page(key, limit, before, after, reading, breakpoint, whole_turns)
         if reading.bad:
             first = min(reading.bad)
-            rows.log.warning("skipped %d corrupt row(s) of session %r in %s; first at line %d: %s",
-                             len(reading.bad), key, self._path, first + 1, reading.bad[first])
+            # its byte offset in the session's export: summed from the rows before it, only
+            # for a page with damage (O(position))
+            s = self._session_row(key)
+            offset = -1 if s is None else self._read(lambda c: self._offset_of(c, s.id, first))
+            rows.log.warning("skipped %d corrupt row(s) of session %r in %s; first at line %d, byte offset %d: %s",
+                             len(reading.bad), key, self._path, first + 1, offset, reading.bad[first])
         return got
 
     # -- rows and metadata -------------------------------------------------------------------

@@ -64,6 +64,14 @@ class CorruptTranscriptError(SessionStoreError):
     offset: int | None
     reason: str | None
 
+    def _default_message(self) -> str:
+        # say what to do: the repair keeps every line that parses, after saving the original
+        import shlex  # only an error's message needs it
+
+        return (f"{super()._default_message()}; to set corrupt lines aside (the original bytes are kept in a "
+                f"quarantine file): `jsonl-sessions repair {shlex.quote(self.key or 'KEY')}` or "
+                f"store.compact(key, repair=True)")
+
 
 class CorruptControlError(CorruptTranscriptError):
     """A session's control file (``<stem>.lock``) holds a committed roll-forward record
@@ -75,6 +83,9 @@ class CorruptControlError(CorruptTranscriptError):
     """
 
     _template = "corrupt control file {path} (session {key!r}): record at byte offset {offset}: {reason}"
+
+    def _default_message(self) -> str:
+        return SessionStoreError._default_message(self)
 
 
 class CorruptMetadataError(SessionStoreError):

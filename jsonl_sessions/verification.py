@@ -75,8 +75,9 @@ class VerifyReport:
 
     ``location``: the store checked (its directory, database file, or schema and server);
     ``backend``: ``"jsonl"``, ``"sqlite"``, ``"postgres"`` or ``"memory"``; ``sessions``,
-    ``messages``, ``bytes``: how much was checked (the sessions and their complete lines,
-    their stored bytes); ``findings``: problems first, then notes; ``fixed``: the
+    ``messages``, ``bytes``: how much was checked (the sessions and their complete lines
+    or rows, a corrupt one included, as :meth:`get_message_count` counts them; their
+    stored bytes); ``findings``: problems first, then notes; ``fixed``: the
     problems ``verify(fix=True)`` cleared (they are no longer in ``findings``, which
     describes the store as it is after the fix). ``ok``: no problem (notes allowed)."""
 

@@ -3,11 +3,11 @@
 This module is the entry point (:func:`main`) and the argument parser (:data:`TABLE`
 lists every command: help, arguments, handler; :func:`build_parser` builds the parser
 from it); the handlers are in :mod:`.reading` (ls, show, search, tail), :mod:`.transfer`
-(export, import), :mod:`.upkeep` (rm, stats, gc, repair), :mod:`.verify`, :mod:`.migrate` and
+(export, import), :mod:`.upkeep` (rm, prune, stats, gc, repair), :mod:`.verify`, :mod:`.migrate` and
 :mod:`.demo`, what they print in :mod:`.output`; :mod:`.stores` opens the store.
 
 Commands (:data:`jsonl_sessions.cli.COMMANDS`): ``ls``, ``show``, ``tail``, ``search``, ``verify``,
-``repair``, ``gc``, ``export``, ``import``, ``rm``, ``stats``, ``migrate``, ``demo``. The store directory is
+``repair``, ``gc``, ``export``, ``import``, ``rm``, ``prune``, ``stats``, ``migrate``, ``demo``. The store directory is
 ``--root``, else ``$JSONL_SESSIONS_ROOT``, else the per-user data directory
 (:func:`default_root`). Commands that only read never create it.
 
@@ -24,21 +24,21 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shlex
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .. import __version__
-from ..errors import CorruptTranscriptError, InvalidSessionKeyError, LockTimeoutError, SessionStoreError
+from ..base import DEFAULT_LOCK_TIMEOUT
+from ..errors import InvalidSessionKeyError, LockTimeoutError, SessionStoreError
 from ..location import ENV_ROOT, default_root, resolve_root
 from .demo import cmd_demo
 from .migrate import cmd_migrate
 from .output import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, PROG, CliError, UsageError, err
 from .reading import SORTS, cmd_ls, cmd_search, cmd_show, cmd_tail
 from .transfer import cmd_export, cmd_import
-from .upkeep import cmd_gc, cmd_repair, cmd_rm, cmd_stats
+from .upkeep import cmd_gc, cmd_prune, cmd_repair, cmd_rm, cmd_stats
 from .verify import cmd_verify
 
 __all__ = ["COMMANDS", "build_parser", "default_root", "main", "resolve_root"]
@@ -94,9 +94,6 @@ def _run(args: argparse.Namespace) -> int:
     except (UsageError, InvalidSessionKeyError) as exc:
         err(f"error: {exc}")
         return EXIT_USAGE
-    except CorruptTranscriptError as exc:
-        err(f"error: {exc}; `{PROG} repair {shlex.quote(exc.key or '')}` sets corrupt lines aside")
-        return EXIT_FAILURE
     except LockTimeoutError as exc:
         err(f"error: {exc}; try again, or raise --lock-timeout")
         return EXIT_FAILURE
@@ -156,17 +153,20 @@ def _root_help() -> str:
 
 
 BACKENDS = ("auto", "jsonl", "sqlite")
+_LOCK_TIMEOUT_HELP = f"how long a write waits for a busy session (default {DEFAULT_LOCK_TIMEOUT:g}, as the API)"
 _BACKEND_HELP = ("the store's kind: a JSONL directory or a SQLite file (default auto: SQLite when the root is a "
                  "file or ends in .db, .sqlite or .sqlite3)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command in :data:`TABLE`; each sub-parser sets ``handler``."""
-    common = argparse.ArgumentParser(add_help=False)
+    # the options of the commands that act on no store at --root (migrate names its two)
+    waiting = argparse.ArgumentParser(add_help=False)
+    waiting.add_argument("--lock-timeout", metavar="SECONDS", type=_seconds, default=argparse.SUPPRESS,
+                         help=_LOCK_TIMEOUT_HELP)
+    common = argparse.ArgumentParser(add_help=False, parents=[waiting])
     common.add_argument("--root", metavar="DIR", default=argparse.SUPPRESS,
                         help=f"the store directory (now: {resolve_root()})")
-    common.add_argument("--lock-timeout", metavar="SECONDS", type=_seconds, default=argparse.SUPPRESS,
-                        help="how long a write waits for a busy session (default 10)")
     common.add_argument("--backend", choices=BACKENDS, default=argparse.SUPPRESS, help=_BACKEND_HELP)
     parser = argparse.ArgumentParser(
         prog=PROG, description="Look inside a jsonl_sessions store: crash-safe JSONL chat sessions for AI agents.",
@@ -174,13 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
                f"interrupted.\n`{PROG} COMMAND --help` describes each command.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", metavar="DIR", default=None, help=f"the store directory (now: {resolve_root()})")
-    parser.add_argument("--lock-timeout", metavar="SECONDS", type=_seconds, default=10.0,
-                        help="how long a write waits for a busy session (default 10)")
+    parser.add_argument("--lock-timeout", metavar="SECONDS", type=_seconds, default=DEFAULT_LOCK_TIMEOUT,
+                        help=_LOCK_TIMEOUT_HELP)
     parser.add_argument("--backend", choices=BACKENDS, default="auto", help=_BACKEND_HELP)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in TABLE.items():
-        p = sub.add_parser(name, help=command.summary, description=command.description, parents=[common])
+        p = sub.add_parser(name, help=command.summary, description=command.description,
+                           parents=[common if command.at_root else waiting])
         command.arguments(p)
         p.set_defaults(handler=command.handler)
     return parser
@@ -314,8 +315,23 @@ def _migrate(p: argparse.ArgumentParser) -> None:
                    help="SRC's PostgreSQL schema (default jsonl_sessions)")
     p.add_argument("--to-schema", dest="target_schema", default="jsonl_sessions",
                    help="DST's PostgreSQL schema (default jsonl_sessions)")
+    existing = p.add_mutually_exclusive_group()
+    existing.add_argument("--skip-existing", action="store_true",
+                          help="leave a session that DST holds with other content as it is (reported, not an error)")
+    existing.add_argument("--overwrite", action="store_true",
+                          help="replace a session that DST holds with other content by SRC's")
     p.add_argument("--json", action="store_true",
-                   help='the result as JSON: {"source", "target", "copied" (keys), "failed" (key: error)}')
+                   help='the result as JSON: {"source", "target", "copied", "unchanged", "skipped" (keys), '
+                        '"failed" (key: error)}')
+
+
+def _prune(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--older-than", type=_seconds, required=True, metavar="HOURS",
+                   help="delete the sessions with no activity (message or metadata change) for this many hours")
+    p.add_argument("-n", "--dry-run", action="store_true", help="only list what would be deleted")
+    p.add_argument("--json", action="store_true",
+                   help='the result as JSON: {"dry_run", "older_than_hours", "cutoff", "removed" (how many), '
+                        '"sessions" ({"key", "last_activity"}), "kept_running" (keys)}')
 
 
 def _stats(p: argparse.ArgumentParser) -> None:
@@ -337,6 +353,8 @@ class Command:
     description: str
     arguments: Callable[[argparse.ArgumentParser], None]
     handler: Callable[[argparse.Namespace], int]
+    #: whether it acts on the store at --root (and so takes --root and --backend)
+    at_root: bool = True
 
 
 #: Every command, in the order ``--help`` lists them (the README documents each one).
@@ -412,6 +430,14 @@ TABLE: dict[str, Command] = {
         "Deletes each session (transcript, then sidecar). Refuses a session in state running unless "
         "--force. Quarantine files are kept.",
         _rm, cmd_rm),
+    "prune": Command(
+        "delete sessions idle for a given time (TTL cleanup)",
+        "Deletes every session with no activity (a message or metadata change: the newest change of its "
+        "transcript and metadata) for --older-than HOURS, as the API's cleanup_stale does: each one under "
+        "its lock after checking again, never a session in state running (listed as kept), and on a JSONL "
+        "store also the orphan sidecars older than that and the lock files of sessions that no longer "
+        "exist. With --dry-run only lists the sessions it would delete. Quarantine files are kept.",
+        _prune, cmd_prune),
     "stats": Command(
         "totals for the store",
         "Sessions (by state), messages, bytes, torn tails, leftover temp files, orphan sidecars and "
@@ -422,11 +448,13 @@ TABLE: dict[str, Command] = {
         "copy a whole store between a JSONL directory and a SQLite file",
         "Copies every session of SRC into DST: messages as their exact stored lines (byte-identical), all "
         "metadata (name, alias, owner, state, context, breadcrumb, created time, fork lineage) and the "
-        "last-activity time. Each session is all or nothing; one that already exists in DST is left as it "
-        "is and reported. A directory is a JSONL store, a file (or a name ending in .db, .sqlite, .sqlite3) "
-        "a SQLite store; --from / --to override. A progress bar on stderr when it is a terminal. Exit "
+        "last-activity time. Each session is all or nothing. A session DST already holds with the same "
+        "content counts as copied, so running it again is safe; one DST holds with other content is an "
+        "error unless --skip-existing (left as it is) or --overwrite (replaced). A directory is a JSONL "
+        "store, a file (or a name ending in .db, .sqlite, .sqlite3) a SQLite store, a postgresql:// URL a "
+        "PostgreSQL store; --from / --to override. A progress bar on stderr when it is a terminal. Exit "
         "status 1 when a session was not copied.",
-        _migrate, cmd_migrate),
+        _migrate, cmd_migrate, at_root=False),
     "demo": Command(
         "a guided tour in a temporary store",
         "Builds a JSONL store in a new temporary directory (or --root DIR, a directory that must hold no sessions; a "

@@ -16,7 +16,9 @@ import sys
 import time
 from typing import Any
 
+from ..errors import SessionExistsError
 from ..sqlite import SqliteSessionStore, migrate
+from ..sqlite.migrate import Existing
 from ..sqlite.migrate import Store as AnyStore
 from .output import EXIT_FAILURE, EXIT_OK, UsageError, clean, err, json_out, out
 from .stores import Store, is_sqlite_path, open_path
@@ -74,20 +76,31 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                    schema=args.source_schema)
     target = _open(args.target, args.target_backend, create=True, lock_timeout=args.lock_timeout,
                    schema=args.target_schema)
-    report = migrate(source, target, progress=ProgressBar())
+    existing: Existing = "overwrite" if args.overwrite else "skip" if args.skip_existing else "refuse"
+    report = migrate(source, target, progress=ProgressBar(), existing=existing)
     for key, exc in sorted(report.failed.items()):
-        err(f"error: session {key!r} not copied: {exc}")
+        err(f"error: session {key!r} not copied: {exc}"
+            + ("; --skip-existing leaves such sessions, --overwrite replaces them"
+               if isinstance(exc, SessionExistsError) else ""))
     if getattr(args, "json", False):
         json_out({"source": {"kind": _kind(source), "root": getattr(source, "root", None)},
                   "target": {"kind": _kind(target), "root": getattr(target, "root", None)},
-                  "copied": sorted(report.copied), "failed": {k: str(e) for k, e in sorted(report.failed.items())}})
+                  "copied": sorted(report.copied), "unchanged": sorted(report.unchanged),
+                  "skipped": sorted(report.skipped),
+                  "failed": {k: str(e) for k, e in sorted(report.failed.items())}})
     else:
-            out(f"copied {len(report.copied)} session{'s' if len(report.copied) != 1 else ''} from the "
-            f"{_kind(source)} {getattr(source, 'root', '')} to the {_kind(target)} {getattr(target, 'root', '')}"
+        out(f"copied {_sessions(len(report.copied))} from the {_kind(source)} {getattr(source, 'root', '')} to the "
+            f"{_kind(target)} {getattr(target, 'root', '')}"
+            + (f"; {_sessions(len(report.unchanged))} already there" if report.unchanged else "")
+            + (f"; {_sessions(len(report.skipped))} with other content left as they are" if report.skipped else "")
             + (f"; {len(report.failed)} not copied (see above)" if report.failed else ""))
     source.close()
     target.close()
     return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+def _sessions(n: int) -> str:
+    return f"{n} session{'s' if n != 1 else ''}"
 
 
 def _kind(store: AnyStore) -> str:

@@ -82,7 +82,9 @@ def when(value: datetime | int | None) -> str:
 
 
 def iso(value: datetime | None) -> str | None:
-    """UTC ISO-8601 with milliseconds (``2026-01-02T13:45:10.123Z``), for JSON output."""
+    """UTC RFC 3339 with milliseconds and ``Z`` (``2026-01-02T13:45:10.123Z``): the one
+    format of every time a command prints in ``--json`` output (a message's own
+    ``created_at`` stays the integer of its transcript line)."""
     if value is None:
         return None
     return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"

@@ -37,6 +37,7 @@ LABELS = {
     "bom": "byte-order mark",
     "foreign": "not the store's",
     "busy": "write in progress",
+    "sidecar-recreated": "sidecar made anew",
     # the database backends' kinds
     "integrity": "integrity check failed",
     "orphan-rows": "rows without a session",
@@ -60,6 +61,8 @@ HINTS = {
                 "disorder, export the session, fix the ids and import it with --new-ids",
     "missing-sidecar": "the messages are intact (the transcript is the truth); the next metadata write recreates "
                        "the sidecar, but a long key (a file name with ~) is lost without it",
+    "sidecar-recreated": "nothing to repair: set the name, alias, owner or context again if they are wanted "
+                         "(a backup of the old sidecar restores them all)",
     "corrupt-sidecar": "metadata writes refuse until it is fixed; messages are unaffected: fix the JSON, or "
                        "delete the file (name, state and attribution are lost; the session keeps loading)",
     "key-mismatch": "the sidecar describes another key (copied or renamed by hand): fix its \"key\" or delete it",

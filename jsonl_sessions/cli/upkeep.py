@@ -1,5 +1,5 @@
-"""The commands that look after a store: ``rm``, ``stats``, ``gc`` and ``repair``, on a JSONL
-directory or a SQLite file (``verify`` is :mod:`.verify`).
+"""The commands that look after a store: ``rm``, ``prune``, ``stats``, ``gc`` and ``repair``,
+on a JSONL directory or a SQLite file (``verify`` is :mod:`.verify`).
 
 Each ``cmd_*`` takes the parsed arguments and returns the exit status; failures are
 raised (see :mod:`jsonl_sessions.cli.output`).
@@ -11,6 +11,7 @@ import argparse
 import os
 import sqlite3
 from collections import Counter
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .. import _platform
@@ -20,7 +21,7 @@ from ..jsonl.layout import TMP_SUFFIX, SessionFiles, classify
 from ..jsonl.store import SessionStore, compaction_report, prune_report
 from ..keys import key_to_stem
 from ..sqlite import SqliteSessionStore
-from .output import EXIT_FAILURE, EXIT_OK, PROG, clean, err, json_out, out, short, when
+from .output import EXIT_FAILURE, EXIT_OK, PROG, clean, err, iso, json_out, out, short, when
 from .output import size as fmt_size
 from .stores import existing_root, is_sqlite, open_concrete, open_path, open_sqlite, open_store
 
@@ -137,8 +138,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "orphan_sidecars": files["orphan_sidecars"],
         "quarantine_files": files["quarantine_files"],
         "corrupt_lines": None,  # needs a full read of every transcript: that is `verify`
-        "oldest_activity": min(activity).isoformat() if activity else None,
-        "newest_activity": max(activity).isoformat() if activity else None,
+        "oldest_activity": iso(min(activity)) if activity else None,
+        "newest_activity": iso(max(activity)) if activity else None,
     }
     if args.json:
         json_out(result)
@@ -169,6 +170,37 @@ def _render(result: dict[str, Any], state_text: str, activity_text: str) -> None
     ]
     for label, value in rows:
         out(f"{label + ':':<18}{clean(value, one_line=True)}")
+
+
+# -- prune ----------------------------------------------------------------------------------
+def cmd_prune(args: argparse.Namespace) -> int:
+    """``prune --older-than HOURS``: the store's ``cleanup_stale`` (sessions with no activity
+    for that long; never a running one), or with ``--dry-run`` the sessions it would delete."""
+    store = open_store(args)
+    hours: float = args.older_than
+    cutoff = datetime.now(timezone.utc) - timedelta(hours=hours)
+    idle = [md for md in store.list_sessions_with_metadata() if md.updated_at is not None and md.updated_at < cutoff]
+    running = [md.key for md in idle if md.state == "running"]
+    stale = [md for md in idle if md.state != "running"]
+    if args.dry_run:
+        removed, count = stale, len(stale)
+    else:  # the store decides again, each session under its guard: the list is what is gone now
+        count = store.cleanup_stale(hours)
+        removed = [md for md in stale if not store.session_exists(md.key)]
+    if args.json:
+        json_out({"dry_run": args.dry_run, "older_than_hours": hours, "cutoff": iso(cutoff), "removed": count,
+                  "sessions": [{"key": md.key, "last_activity": iso(md.updated_at)} for md in removed],
+                  "kept_running": running})
+        return EXIT_OK
+    for md in removed:
+        out(f"{'would remove' if args.dry_run else 'removed'} {clean(md.key, one_line=True)}  "
+            f"(last activity {when(md.updated_at)})")
+    verb = "would remove" if args.dry_run else "removed"
+    span = f"{hours:g} hour{'' if hours == 1 else 's'}"
+    out(f"{verb} {_plural(count, 'session')} with no activity for {span}"
+        + (f"; kept {_plural(len(running), 'running session')} idle as long: "
+           f"{', '.join(clean(k, one_line=True) for k in running)}" if running else ""))
+    return EXIT_OK
 
 
 # -- gc -------------------------------------------------------------------------------------
@@ -295,8 +327,8 @@ def run_sqlite_stats(store: SqliteSessionStore, *, as_json: bool) -> int:
         "store_files": len(files),
         "store_bytes": sum(os.path.getsize(f) for f in files),
         "quarantined_rows": quarantined,
-        "oldest_activity": min(activity).isoformat() if activity else None,
-        "newest_activity": max(activity).isoformat() if activity else None,
+        "oldest_activity": iso(min(activity)) if activity else None,
+        "newest_activity": iso(max(activity)) if activity else None,
     }
     if as_json:
         json_out(result)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..base import DEFAULT_LOCK_TIMEOUT
 from ..jsonl.store import fixer
 from ..jsonl.verify import verify_directory
 from ..location import ENV_ROOT, resolve_root
@@ -36,7 +37,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def run_verify(root: str, keys: list[str] | None, *, as_json: bool = False, fix: bool = False,
-               lock_timeout: float | None = 10.0) -> int:
+               lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT) -> int:
     """Check the store directory at ``root`` and print the report (text or JSON); 0 when
     healthy, 1 when problems were found. With ``fix``, first clear what killed writers
     left and report the store as it is after. A root that is not a directory is a usage

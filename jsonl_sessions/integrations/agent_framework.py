@@ -35,9 +35,11 @@ from __future__ import annotations
 try:
     from agent_framework import HistoryProvider, Message
 except ImportError as exc:  # pragma: no cover - exercised with the package hidden
+    from ..extras import install_hint
+
     raise ImportError(
         "jsonl_sessions.integrations.agent_framework needs Microsoft Agent Framework (agent-framework-core): "
-        f"pip install 'jsonl-sessions[agent-framework]' ({exc})"
+        f"{install_hint('agent-framework')} ({exc})"
     ) from exc
 
 import asyncio

@@ -42,9 +42,11 @@ try:
         SessionSummaryEntry,
     )
 except ImportError as exc:  # pragma: no cover - exercised with the package hidden
+    from ..extras import install_hint
+
     raise ImportError(
         "jsonl_sessions.integrations.claude_agent_sdk needs the Claude Agent SDK (claude-agent-sdk): "
-        f"pip install 'jsonl-sessions[claude-agent-sdk]' ({exc})"
+        f"{install_hint('claude-agent-sdk')} ({exc})"
     ) from exc
 
 import asyncio

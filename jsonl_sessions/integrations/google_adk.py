@@ -46,9 +46,11 @@ try:
     from google.adk.sessions.session import Session
     from pydantic_core import to_jsonable_python
 except ImportError as exc:  # pragma: no cover - exercised with the package hidden
+    from ..extras import install_hint
+
     raise ImportError(
         "jsonl_sessions.integrations.google_adk needs the Google Agent Development Kit (google-adk): "
-        f"pip install 'jsonl-sessions[google-adk]' ({exc})"
+        f"{install_hint('google-adk')} ({exc})"
     ) from exc
 
 import asyncio

@@ -44,9 +44,11 @@ try:
     )
     from langchain_core.messages import ChatMessage as LCChatMessage
 except ImportError as exc:  # pragma: no cover - exercised with the package hidden
+    from ..extras import install_hint
+
     raise ImportError(
         "jsonl_sessions.integrations.langchain needs LangChain (langchain-core): "
-        f"pip install 'jsonl-sessions[langchain]' ({exc})"
+        f"{install_hint('langchain')} ({exc})"
     ) from exc
 
 import asyncio

@@ -48,9 +48,11 @@ try:
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
 except ImportError as exc:  # pragma: no cover - exercised with the package hidden
+    from ..extras import install_hint
+
     raise ImportError(
         "jsonl_sessions.integrations.langgraph needs LangGraph (langgraph-checkpoint): "
-        f"pip install 'jsonl-sessions[langgraph]' ({exc})"
+        f"{install_hint('langgraph')} ({exc})"
     ) from exc
 
 import asyncio

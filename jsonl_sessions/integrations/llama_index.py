@@ -38,9 +38,11 @@ try:
     from llama_index.core.llms import ChatMessage as LlamaMessage
     from llama_index.core.storage.chat_store.base import BaseChatStore
 except ImportError as exc:  # pragma: no cover - exercised with the package hidden
+    from ..extras import install_hint
+
     raise ImportError(
         "jsonl_sessions.integrations.llama_index needs llama-index (llama-index-core): "
-        f"pip install 'jsonl-sessions[llama-index]' ({exc})"
+        f"{install_hint('llama-index')} ({exc})"
     ) from exc
 
 import asyncio

@@ -35,9 +35,11 @@ try:
     from agents.items import TResponseInputItem
     from agents.memory.session_settings import SessionSettings
 except ImportError as exc:  # pragma: no cover - exercised with the package hidden
+    from ..extras import install_hint
+
     raise ImportError(
         "jsonl_sessions.integrations.openai_agents needs the OpenAI Agents SDK (openai-agents >= 0.8): "
-        f"pip install 'jsonl-sessions[openai-agents]' ({exc})"
+        f"{install_hint('openai-agents')} ({exc})"
     ) from exc
 
 import asyncio

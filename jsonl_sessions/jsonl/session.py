@@ -187,19 +187,27 @@ class Session:
         check_page_arguments(limit, before, after, ts_before)
         reading = Reading(ts_before)
 
+        first_line: list[int] = []
+
         def read(fd: int, size: int) -> Page:
             reading.bad.clear()
+            first_line.clear()
             if after is None:
-                return self._page_backward(fd, size, limit, before, reading, breakpoint, whole_turns)
-            return self._page_forward(fd, size, limit, after, reading, breakpoint, whole_turns)
+                got = self._page_backward(fd, size, limit, before, reading, breakpoint, whole_turns)
+            else:
+                got = self._page_forward(fd, size, limit, after, reading, breakpoint, whole_turns)
+            if reading.bad:  # its line number: counted from the start, only for a page with damage
+                first_line.append(line_number_of(fd, min(reading.bad)))
+            return got
 
         got = control.with_transcript(self.root, self.files, read)
         if got is None:
             raise SessionNotFoundError(key=self.files.key)
         if reading.bad:
             first = min(reading.bad)
-            log.warning("skipped %d corrupt line(s) in %s (session %r); first at byte offset %d: %s",
-                        len(reading.bad), self.files.transcript, self.files.key, first, reading.bad[first])
+            log.warning("skipped %d corrupt line(s) in %s (session %r); first at line %d, byte offset %d: %s",
+                        len(reading.bad), self.files.transcript, self.files.key, first_line[0], first,
+                        reading.bad[first])
         return got
 
     # -- appending (the append path: see the module docstring) -----------------------------

@@ -441,9 +441,16 @@ class Tx:
                      directory=self.root.path)
 
     def read_sidecar(self) -> dict[str, Any]:
-        """The sidecar, or a new one when there is none. :class:`CorruptMetadataError`."""
+        """The sidecar, or a new one when there is none. :class:`CorruptMetadataError`.
+        A new one next to an existing transcript replaces a lost sidecar: it says so
+        (``recreated_at``), so ``verify`` can tell that the metadata held before is gone."""
         meta = self.files.read_sidecar()
-        return meta if meta is not None else sidecar.new_sidecar(self.files.key, self.root.clock())
+        if meta is not None:
+            return meta
+        meta = sidecar.new_sidecar(self.files.key, self.root.clock())
+        if _platform.exists(self.files.transcript):
+            meta["recreated_at"] = meta["created_at"]
+        return meta
 
     def delete(self) -> None:
         """Unlink the transcript first (the session is gone), then the sidecar and temp

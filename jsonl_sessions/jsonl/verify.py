@@ -18,7 +18,9 @@ a dead writer left), ``odd-counter``, ``permissions`` (files not mode 0600, the 
 0700), ``symlink`` and ``not-regular`` (where the store keeps its files),
 ``unreadable``, ``missing-session`` (a key asked for that has no files). Notes:
 ``quarantine`` files, ``bom`` (a byte-order mark), ``foreign`` (files that are not the
-store's), ``busy`` (a write in progress).
+store's), ``busy`` (a write in progress), ``sidecar-recreated`` (a metadata write made a
+new sidecar for a session whose sidecar was gone: what the lost one held is lost too).
+Both ``missing-sidecar`` and ``sidecar-recreated`` say what was lost.
 
 Opening a :class:`~jsonl_sessions.SessionStore` removes the temp files of sessions
 nobody holds, so ``store.verify()`` only sees those left since; :func:`verify_directory`
@@ -239,7 +241,7 @@ def _check_stem(report: VerifyReport, root: str, stem: str, s: _Stem) -> None:
         report.sessions += 1
         if s.sidecar is None:
             report.findings.append(_f("missing-sidecar", s.transcript.name, f"no {stem}{SIDECAR_SUFFIX} "
-                                      "next to the transcript", key=key))
+                                      f"next to the transcript: {_LOST}", key=key))
         if key is None:
             report.findings.append(_f("unknown-key", s.transcript.name, "the session's key (a long one, "
                                       "hashed in the file name) cannot be read from its sidecar"))
@@ -258,6 +260,11 @@ def _check_stem(report: VerifyReport, root: str, stem: str, s: _Stem) -> None:
         report.findings.append(_f("quarantine", q.name, f"bytes saved by a repair or before a torn tail was cut "
                                   f"({_bytes(q.st.st_size)}); delete it when no longer needed",
                                   key=key, problem=False))
+
+
+#: What a session loses with its sidecar (the transcript keeps every message).
+_LOST = ("the session's metadata kept only there is lost (name, agent alias, owner, run state, context, "
+         "fork origin, trim breadcrumb and creation time); the messages are intact")
 
 
 def _check_sidecar(report: VerifyReport, root: str, stem: str, s: _Stem, meta: dict[str, Any] | None,
@@ -285,6 +292,12 @@ def _check_sidecar(report: VerifyReport, root: str, stem: str, s: _Stem, meta: d
     elif is_hashed(stem) and key is None:
         report.findings.append(_f("key-mismatch", name, f"holds key {written!r}, which does not hash to "
                                   "this file name"))
+    recreated = sidecar.from_ms(sidecar.millis(meta, "recreated_at"))
+    if recreated is not None:
+        when = recreated.strftime("%Y-%m-%d %H:%M:%S UTC")
+        report.findings.append(_f("sidecar-recreated", name, f"made anew at {when} after the "
+                                  f"session's sidecar went missing: {_LOST}; its created_at is when it was made anew",
+                                  key=key, problem=False))
 
 
 def _check_lock(report: VerifyReport, root: str, stem: str, lock: _Entry, key: str | None) -> None:
@@ -349,6 +362,7 @@ def _scan(path: str, name: str, key: str | None) -> _Scan:
         bad = disorder = 0
         prev_id: str | None = None
         for number, (offset, line) in enumerate(_lines(fd, st.st_size, scan), 1):
+            scan.messages += 1  # a corrupt line too: it holds a position, as get_message_count counts it
             try:
                 record = codec.decode_record(line)
             except ValueError as exc:
@@ -358,7 +372,6 @@ def _scan(path: str, name: str, key: str | None) -> _Scan:
                     scan.findings.append(_f("corrupt-line", name, f"byte offset {offset}: {corrupt.reason}",
                                             key, number, offset))
                 continue
-            scan.messages += 1
             mid = record.get("id") or ""
             if mid:
                 if prev_id is not None and mid <= prev_id:

@@ -13,8 +13,9 @@ try:
     import psycopg  # noqa: F401
     import psycopg_pool  # noqa: F401
 except ImportError as _exc:  # pragma: no cover - depends on the environment
-    raise ImportError("jsonl_sessions.postgres needs psycopg 3 and psycopg_pool: "
-                      "pip install 'jsonl-sessions[postgres]'") from _exc
+    from ..extras import install_hint
+
+    raise ImportError(f"jsonl_sessions.postgres needs psycopg 3 and psycopg_pool: {install_hint('postgres')}") from _exc
 
 from ..verification import Finding, VerifyReport
 from .schema import MIGRATIONS, SCHEMA_VERSION, SchemaError

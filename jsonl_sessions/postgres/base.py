@@ -74,14 +74,16 @@ def folded(line: bytes) -> str | None:
 def columns(line: bytes, record: Mapping[str, Any] | None = None) -> tuple[Any, ...]:
     """The index columns of a line (``id, created_at, role, kind``; from ``record`` when
     given), then the line as text and its folded text. An id of "" is stored as NULL (the
-    ``UNIQUE (session, id)`` index then ignores it), as is a ``created_at`` out of bigint range;
-    text columns go through :func:`nul_free`."""
+    unique id index then ignores it); a ``created_at`` past bigint is clamped to its
+    largest value, as the SQLite backend does (the line keeps the exact value); text
+    columns go through :func:`nul_free`."""
     if record is None:
         mid, created, role, kind = rows.index_of(line)
     else:
         mid, created, role, kind = record["id"], record["created_at"], record["role"], record["kind"]
-    if not isinstance(created, int) or not -_INT64 <= created < _INT64:
+    if not isinstance(created, int) or created < -_INT64:
         created = None
+    created = rows.created_column(created)
     return nul_free(mid or None), created, nul_free(role), nul_free(kind), line.decode("utf-8"), folded(line)
 
 
@@ -110,8 +112,8 @@ class PostgresCore(DatabaseFront):
         self._options(durability, lock_timeout, max_message_bytes, clock)
         if not isinstance(schema, str) or not schema or "\x00" in schema or len(schema.encode()) > 63:
             raise ValueError(f"schema must be a PostgreSQL name (1 to 63 bytes, no NUL), not {schema!r}")
-        if pool_size < 2:
-            raise ValueError("pool_size must be >= 2 (a lock() block uses two connections)")
+        if pool_size < 1:
+            raise ValueError("pool_size must be >= 1")
         self._schema = schema
         self._s = quoted(schema)
         self._db = Database(dsn, pool, schema=schema, durability=durability, lock_timeout=lock_timeout,
@@ -181,8 +183,10 @@ class PostgresCore(DatabaseFront):
         return None if row is None else nul_back(row[0])
 
     def _has_id(self, c: Conn, sid: int, message_id: str) -> bool:
-        return c.execute(f"SELECT 1 FROM {self._s}.messages WHERE session = %s AND id = %s",
-                         (sid, nul_free(message_id))).fetchone() is not None
+        # md5(id): the id index (see .schema)
+        mid = nul_free(message_id)
+        return c.execute(f"SELECT 1 FROM {self._s}.messages WHERE session = %s AND md5(id) = md5(%s) AND id = %s",
+                         (sid, mid, mid)).fetchone() is not None
 
     def _insert(self, c: Conn, sid: int, first_seq: int, lines: Sequence[bytes],
                 recs: Sequence[Mapping[str, Any]] | None = None) -> None:

@@ -17,22 +17,28 @@ Guard
     two copies cannot deadlock), waiting at most ``lock_timeout`` (``SET LOCAL
     lock_timeout``; SQLSTATE 55P03 -> :class:`LockTimeoutError`). A transaction-level
     lock ends with its transaction, whatever happens to the client: a killed client's
-    backend rolls back and the lock is free. Session-level advisory locks are never used
-    (they outlive the transaction, leak to the next borrower of a pooled connection and
-    mean nothing behind a transaction pooler). Session rows are also read ``FOR UPDATE``
-    by the mutations, so operations over many sessions (attribution, TTL cleanup) are
-    serialised with the per-session writers by row locks.
+    backend rolls back and the lock is free. Only a ``lock(key)`` block (below) holds a
+    session-level lock, on a connection it keeps out of the pool until it has released it.
+    Session rows are also read ``FOR UPDATE`` by the mutations, so operations over many
+    sessions (attribution, TTL cleanup) are serialised with the per-session writers by
+    row locks.
 
 ``lock(key)``
-    The block's guard is a transaction on a pinned connection holding the key's advisory
-    lock for the whole block. The calls inside the block run on other connections, each
+    The block pins one pooled connection for its thread and takes the key's advisory lock
+    there at session level (``pg_advisory_lock``, waiting at most ``lock_timeout``). Every
+    call the thread makes inside the block, reads included, runs on that connection, each
     in its own transaction that commits when the call returns (durable and visible to
-    everyone at once; it survives a SIGKILL of the client before the block ends); they do
-    not take the key's lock again (it is held by this thread: taking it from another
-    connection would wait for ourselves), but check, inside their transaction, that the
-    pinned connection's backend still holds it, and raise
-    :class:`DatabaseUnavailableError` when the guard was lost (the server ended the
-    pinned connection).
+    everyone at once; it survives a SIGKILL of the client before the block ends). So a
+    block never needs a second connection: ``pool_size`` threads in blocks at once cannot
+    starve each other of connections. A nested block (another key, same thread) takes its
+    lock on the same connection. The calls inside do not take the held key's lock again,
+    but check in their transaction that they still run on the backend that took it
+    (``pg_backend_pid()``): a connection ended by the server, or moved to another server
+    connection by a transaction pooler, raises :class:`DatabaseUnavailableError` and
+    nothing of the call is committed. The block's end releases the lock
+    (``pg_advisory_unlock``); when that cannot be done the connection is closed, not given
+    back to the pool, so the lock ends with its server session and never leaks to the
+    next borrower.
 
 Failures
     Serialization failures and deadlocks (40001, 40P01) are retried with a bounded
@@ -91,11 +97,16 @@ def redacted(conninfo: str) -> str:
 
 
 class _Local(threading.local):
+    """A thread's lock() blocks: the connection they pinned, the server process that took
+    their locks on it, and the lock keys held there."""
+
     pid: int = 0
-    held: dict[int, int]  # lock key -> backend pid of the pinned connection holding it
+    conn: Conn | None = None
+    backend: int = 0
+    held: set[int]
 
     def __init__(self) -> None:
-        self.held = {}
+        self.held = set()
 
 
 class _Retry(Exception):
@@ -180,20 +191,37 @@ class Database:
         if mine is not None:
             mine.close()
 
-    def _held(self) -> dict[int, int]:
+    def _blocks(self) -> _Local:
+        """This thread's lock() blocks (none in a forked child: the parent's connection is
+        the parent's)."""
         local = self._local
         if local.pid != os.getpid():
-            local.pid, local.held = os.getpid(), {}
-        return local.held
+            local.pid, local.conn, local.held = os.getpid(), None, set()
+        return local
 
     @contextlib.contextmanager
-    def _connection(self) -> Iterator[Conn]:
+    def _pooled(self) -> Iterator[Conn]:
         try:
             with self.pool().connection() as conn:
                 yield conn
         except PoolTimeout as exc:
             raise DatabaseUnavailableError(dsn=self.dsn, reason=f"no connection within "
                                            f"{self._connect_timeout}s: {exc}") from None
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Conn]:
+        """The connection of a call: the one this thread's lock() block pinned, if any,
+        else one from the pool."""
+        pinned = self._blocks().conn
+        if pinned is not None:
+            yield pinned
+            return
+        with self._pooled() as conn:
+            yield conn
+
+    def _guard_lost(self) -> DatabaseUnavailableError:
+        return DatabaseUnavailableError(dsn=self.dsn, reason="the connection holding this lock() block's guard "
+                                        "was lost; nothing of this call was committed")
 
     def _unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
         return DatabaseUnavailableError(dsn=self.dsn, reason=str(exc).strip() or type(exc).__name__)
@@ -216,10 +244,12 @@ class Database:
         settings and the lock, and ``fn(conn, its first row)`` returns the result and a
         last statement (literals inlined, or None) sent with COMMIT. A call that needs
         nothing else costs two round trips."""
-        held = self._held()
+        blocks = self._blocks()
         wanted = sorted({self.lock_key(k) for k in keys})
-        take = [h for h in wanted if h not in held]
-        pinned = sorted({held[h] for h in wanted if h in held})
+        take = [h for h in wanted if h not in blocks.held]
+        # inside a lock() block the call runs on its connection: check that it is still
+        # the server process holding the block's locks
+        pinned = blocks.backend if blocks.conn is not None else None
         begin = self._begin_write + "".join(f"; SELECT pg_advisory_xact_lock({h})" for h in take)
         if first is not None:
             begin += "; " + first
@@ -230,7 +260,7 @@ class Database:
             try:
                 return self._write_once(begin, first is not None, pinned, fn, label)
             except _Retry as stale:
-                if replaced:
+                if replaced or pinned is not None:
                     raise self._unavailable(stale.__cause__ or stale) from None
                 replaced = True
                 self.pool().check()
@@ -240,7 +270,7 @@ class Database:
                     raise self._unavailable(exc) from None
                 time.sleep(min(0.5, 0.005 * 2 ** attempt) * (0.5 + random.random()))
 
-    def _write_once(self, begin: str, has_first: bool, pinned: list[int],
+    def _write_once(self, begin: str, has_first: bool, pinned: int | None,
                     fn: Callable[[Conn, Any], tuple[T, str | None]], label: str | None) -> T:
         with self._connection() as conn:
             committing = False
@@ -253,7 +283,7 @@ class Database:
                     while cur.nextset():
                         pass
                     row = cur.fetchone()
-                if pinned:
+                if pinned is not None:
                     self._check_pinned(conn, pinned)
                 result, last = fn(conn, row)
                 committing = True
@@ -272,6 +302,8 @@ class Database:
                     raise self._unavailable(exc) from None
                 if committing:
                     raise OutcomeUnknownError(dsn=self.dsn, reason=str(exc).strip()) from None
+                if pinned is not None:
+                    raise self._guard_lost() from None
                 if not started:
                     raise _Retry from exc
                 raise self._unavailable(exc) from None
@@ -279,14 +311,16 @@ class Database:
                 self._rollback(conn)
                 raise
 
-    def _check_pinned(self, conn: Conn, pinned: list[int]) -> None:
-        """Inside a lock() block: every pinned backend still holds its transaction (and so
-        its advisory lock). Advisory locks of a transaction end only with it."""
-        alive = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s) AND xact_start IS NOT NULL",
-                             (pinned,)).fetchone()
-        if alive is None or alive[0] != len(pinned):
-            raise DatabaseUnavailableError(dsn=self.dsn, reason="the connection holding this lock() block's guard "
-                                           "was lost (its transaction ended); nothing of this call was committed")
+    def _check_pinned(self, conn: Conn, backend: int) -> None:
+        """Inside a lock() block: the call runs on the server process that took the
+        block's session-level locks (a transaction pooler may hand the client connection
+        another one, which holds nothing)."""
+        found = conn.execute("SELECT pg_backend_pid()").fetchone()
+        if found is None or found[0] != backend:
+            raise DatabaseUnavailableError(dsn=self.dsn, reason="this lock() block's calls no longer run on the "
+                                           "server process holding its guard (a transaction pooler in front of the "
+                                           "server? lock() needs a session-pooled or direct connection); nothing of "
+                                           "this call was committed")
 
     def _timed_out(self, conn: Conn, label: str | None) -> LockTimeoutError:
         """The error for a lock wait past ``lock_timeout`` (SQLSTATE 55P03); the transaction
@@ -309,6 +343,8 @@ class Database:
                 try:
                     return run(conn)
                 except psycopg.OperationalError as exc:
+                    if conn.broken and self._blocks().conn is conn:
+                        raise self._guard_lost() from None
                     if conn.broken and attempt == 0:
                         self.pool().check()
                         continue
@@ -350,28 +386,62 @@ class Database:
 
     @contextlib.contextmanager
     def guard(self, key: str) -> Iterator[None]:
-        """Hold ``key``'s guard for a block (see the module docstring): a pinned connection
-        in a transaction holding the advisory lock. Re-entrant in the holding thread."""
-        held = self._held()
+        """Hold ``key``'s guard for a block (see the module docstring): a session-level
+        advisory lock on the thread's pinned connection, which every call of the thread
+        uses until the outermost block ends. Re-entrant in the holding thread."""
+        blocks = self._blocks()
         h = self.lock_key(key)
-        if h in held:
+        if h in blocks.held:
             yield
             return
-        with self._connection() as conn:
+        with contextlib.ExitStack() as stack:
+            outermost = blocks.conn is None
+            conn = stack.enter_context(self._pooled()) if outermost else blocks.conn
+            assert conn is not None
             try:
-                conn.execute(self._begin_write + f"; SELECT pg_advisory_xact_lock({h})")
+                # SET LOCAL bounds the wait; a session-level lock outlives the transaction
+                conn.execute(self._begin_write + f"; SELECT pg_advisory_lock({h})")
+                backend = conn.execute("SELECT pg_backend_pid()").fetchone()
+                conn.execute("COMMIT")
             except pgerrors.LockNotAvailable:
                 raise self._timed_out(conn, key) from None
             except psycopg.OperationalError as exc:
                 self._rollback(conn)
+                self._close_holding(conn, h)
                 raise self._unavailable(exc) from None
-            held[h] = conn.info.backend_pid
+            except BaseException:
+                self._rollback(conn)
+                self._close_holding(conn, h)
+                raise
+            if outermost:
+                assert backend is not None
+                blocks.conn, blocks.backend = conn, int(backend[0])
+            blocks.held.add(h)
             try:
                 yield
             finally:
-                del held[h]
-                self._rollback(conn)
+                blocks.held.discard(h)
+                if outermost:
+                    blocks.conn = None
+                self._release(conn, h)
 
+    def _release(self, conn: Conn, h: int) -> None:
+        """End a block's hold of lock ``h``; a connection on which that cannot be done is
+        closed (its server session ends and the lock with it), never reused."""
+        self._rollback(conn)
+        try:
+            released = conn.execute(f"SELECT pg_advisory_unlock({h})").fetchone()
+        except psycopg.Error:
+            released = None
+        if released != (True,):
+            self._close_holding(conn, h)
+
+    @staticmethod
+    def _close_holding(conn: Conn, h: int) -> None:
+        """Close a connection that may hold lock ``h`` at session level: the pool then
+        drops it instead of handing the lock to its next borrower."""
+        with contextlib.suppress(psycopg.Error):
+            conn.close()
 
 def lit(value: str | None) -> str:
     """A text value as an SQL literal, for statements sent with others in one request (the

@@ -48,8 +48,9 @@ class HistoryMethods(PostgresCore):
         """The position of the message with that id. O(log n)."""
         if not usable_id(message_id):
             return None
-        row = c.execute(f"SELECT seq FROM {self._s}.messages WHERE session = %s AND id = %s",
-                        (sid, nul_free(str(message_id)))).fetchone()
+        mid = nul_free(str(message_id))
+        row = c.execute(f"SELECT seq FROM {self._s}.messages WHERE session = %s AND md5(id) = md5(%s) AND id = %s",
+                        (sid, mid, mid)).fetchone()
         return None if row is None else int(row[0])
 
     def _find_valid(self, c: Conn, s: SessionRow, message_id: str) -> int:
@@ -83,7 +84,8 @@ class HistoryMethods(PostgresCore):
             return None
         found = self._db.read_one(
             f"SELECT m.seq, m.line FROM {self._s}.messages m JOIN {self._s}.sessions s ON m.session = s.id "
-            f"WHERE s.key = {lit(key)} AND m.id = {lit(nul_free(message_id))}")
+            f"WHERE s.key = {lit(key)} AND md5(m.id) = md5({lit(nul_free(message_id))}) "
+            f"AND m.id = {lit(nul_free(message_id))}")
         if not found:
             return None
         got = rows.decode_rows([(found[0][0], found[0][1].encode())], key=key, path=self._path, strict=False)

@@ -5,7 +5,8 @@ Every table lives in the store's own schema (``schema=`` of the store, default
 details:
 
 - ``sessions(id, key, meta, agent_alias, principal_id, state, message_count, size_bytes,
-  activity_ns)``: one row per session; ``key`` is the session key (unique); ``meta`` the
+  activity_ns)``: one row per session; ``key`` is the session key (unique through a hash
+  index, so a key of any length is taken; a btree entry holds ~2.7 KB at most); ``meta`` the
   metadata object as JSON text (the JSONL sidecar's fields, byte for byte: ``jsonb``
   would reject a ``\\u0000`` in a name and reorder keys); ``agent_alias``, ``principal_id``
   and ``state`` are columns copied from it by every writer, for the statements that
@@ -16,7 +17,8 @@ details:
   position (dense), ``line`` the exact JSON line (``text``, not ``jsonb``: the bytes must
   come back as written), ``folded`` its searchable text, case-folded by Python's
   ``str.casefold`` (NULL when the text holds a NUL or the line does not parse).
-  Primary key ``(session, seq)``; ``UNIQUE (session, id)``.
+  Primary key ``(session, seq)``; a unique index on ``(session, md5(id))`` (any id
+  length; a lookup by id also compares the id itself).
 - ``quarantine(repair, session_key, taken_at, seq, line)``: the rows a repair rewrote.
 - ``schema_version(version)``: one row, the version of the schema.
 
@@ -36,7 +38,7 @@ import psycopg
 from ..sqlite.schema import SchemaError
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: The advisory-lock key migrations run under (the bytes "JSNLMIGR").
 MIGRATION_LOCK = int.from_bytes(b"JSNLMIGR", "big", signed=True)
 
@@ -75,8 +77,22 @@ _V1 = (
     "CREATE SEQUENCE {s}.repairs",
 )
 
+# Version 2: no value length limit. A btree entry holds at most ~2.7 KB, so a long session
+# key, message id or agent alias could not be stored. Keys are unique through a hash
+# index (an exclusion constraint: `key = ...` finds them through it, any length); a
+# message id is unique per session on the MD5 of its text, and a lookup compares the
+# value too; the alias index is a hash index.
+_V2 = (
+    "ALTER TABLE {s}.sessions DROP CONSTRAINT sessions_key_key",
+    "ALTER TABLE {s}.sessions ADD CONSTRAINT sessions_key_unique EXCLUDE USING hash (key WITH =)",
+    "ALTER TABLE {s}.messages DROP CONSTRAINT messages_session_id_key",
+    "CREATE UNIQUE INDEX messages_by_id ON {s}.messages (session, md5(id))",
+    "DROP INDEX {s}.sessions_by_alias",
+    "CREATE INDEX sessions_by_alias ON {s}.sessions USING hash (agent_alias) WHERE agent_alias IS NOT NULL",
+)
+
 #: ``MIGRATIONS[v]``: the statements that bring version ``v`` to ``v + 1`` (``{s}``: the schema).
-MIGRATIONS: list[Sequence[str]] = [_V1]
+MIGRATIONS: list[Sequence[str]] = [_V1, _V2]
 
 
 def current_version(conn: psycopg.Connection[Any], s: str, name: str) -> int | None:

@@ -6,9 +6,10 @@ per session (every one, or those named: a named one that does not exist is a
 columns copied from it (``agent_alias``, ``principal_id``, ``state``) agree; and the
 rows' checks shared with the SQLite backend (dense positions, counters, every line
 parses, index columns agree with the line, ids strictly increase). An id column left
-NULL for a line that repeats an earlier id (the ``UNIQUE (session, id)`` index cannot
-hold it twice) or has none, and a ``created_at`` column NULL for a time beyond bigint,
-agree with their line. Findings as in :mod:`jsonl_sessions.sqlite.verify` (all
+NULL for a line that repeats an earlier id (the unique id index cannot
+hold it twice) or has none agrees with its line; a ``created_at`` past bigint is stored
+clamped to bigint's largest value (as on SQLite), and a NULL left for it by schema
+version 1 also agrees. Findings as in :mod:`jsonl_sessions.sqlite.verify` (all
 problems, none fixable). Cost: O(total bytes).
 """
 
@@ -40,8 +41,8 @@ def _normalised(got: Any) -> Iterator[tuple[int, Any, Any, Any, Any, bytes]]:
         line_id, line_created, _role, _kind = rows.index_of(line)
         if mid is None and (line_id == "" or line_id in seen):
             mid = line_id
-        if created is None and isinstance(line_created, int) and not -2**63 <= line_created < 2**63:
-            created = line_created
+        if created is None and line_created == rows.MAX_INTEGER:
+            created = line_created  # written by schema version 1, which left a time past bigint NULL
         if line_id:
             seen.add(line_id)
         yield seq, mid, created, role, kind, line

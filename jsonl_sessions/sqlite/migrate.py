@@ -12,9 +12,14 @@ added) and the last-activity time. Each session is all or nothing, also after a 
   rename, directory fsync: the transcript appearing is the commit (the format's own
   creation protocol, docs/format.md).
 
-A session that already exists in the target is not touched (it is reported as failed,
-with :class:`SessionExistsError`); so is one whose copy failed for another reason. The
-source is only read (a JSONL session under its guard, so that the transcript and sidecar
+A session that already exists in the target with the same lines and metadata is already
+there (``unchanged``: running a migration again changes nothing and fails nothing). One
+that exists with other content is, by ``existing``: ``"refuse"`` (the default) left as
+it is and reported as failed (:class:`SessionExistsError`); ``"skip"`` left as it is and
+reported as ``skipped``; ``"overwrite"`` replaced by the source's, under the target
+session's guard: deleted, then copied (each step all or nothing; a crash between the two
+leaves it absent from the target, and running the migration again copies it). A session
+whose copy failed for another reason is reported as failed. The source is only read (a JSONL session under its guard, so that the transcript and sidecar
 read belong together; a database session in one read transaction).
 """
 
@@ -24,7 +29,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 
@@ -43,21 +48,29 @@ class DatabaseStore(Protocol):
     def export_session(self, key: str) -> SessionSnapshot | None: ...
     def import_session(self, snapshot: SessionSnapshot) -> None: ...
     def list_sessions(self) -> list[str]: ...
+    def delete_session(self, key: str) -> bool: ...
+    def lock(self, key: str) -> contextlib.AbstractContextManager[object]: ...
     def close(self) -> None: ...
 
 
 Store = SessionStore | SqliteSessionStore | DatabaseStore
 #: ``progress(done, total, key)``: called after each session (``key``: the one just copied).
 Progress = Callable[[int, int, str], None]
+#: What :func:`migrate` does with a session that exists in the target with other content.
+Existing = Literal["refuse", "skip", "overwrite"]
 _BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
 class MigrateReport:
-    """What :func:`migrate` did: the keys copied, and the keys that failed with their error."""
+    """What :func:`migrate` did: the keys copied; those already in the target with the same
+    content (``unchanged``); those left as they were because the target holds other
+    content (``skipped``, with ``existing="skip"``); the keys that failed with their error."""
 
     copied: list[str] = field(default_factory=list)
     failed: dict[str, SessionStoreError | OSError] = field(default_factory=dict)
+    unchanged: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -65,10 +78,13 @@ class MigrateReport:
 
 
 def migrate(source: Store, target: Store, *, keys: Iterable[str] | None = None,
-            progress: Progress | None = None) -> MigrateReport:
-    """Copy every session of ``source`` (or only ``keys``) into ``target``; see the module
-    docstring. Returns a report; never raises for one session's failure (an OSError of the
-    target as a whole, e.g. a full disk, is reported per session too)."""
+            progress: Progress | None = None, existing: Existing = "refuse") -> MigrateReport:
+    """Copy every session of ``source`` (or only ``keys``) into ``target``; ``existing``
+    says what happens to a session the target holds with other content (see the module
+    docstring). Returns a report; never raises for one session's failure (an OSError of
+    the target as a whole, e.g. a full disk, is reported per session too)."""
+    if existing not in ("refuse", "skip", "overwrite"):
+        raise ValueError(f"existing must be 'refuse', 'skip' or 'overwrite', not {existing!r}")
     todo = sorted(source.list_sessions() if keys is None else keys)
     report = MigrateReport()
     for n, key in enumerate(todo, 1):
@@ -76,14 +92,37 @@ def migrate(source: Store, target: Store, *, keys: Iterable[str] | None = None,
             snapshot = export_session(source, key)
             if snapshot is None:
                 raise SessionStoreError(f"session {key!r} does not exist in the source")
-            import_session(target, snapshot)
+            outcome = _copy(target, snapshot, existing)
         except (SessionStoreError, OSError) as exc:
             report.failed[key] = exc
         else:
-            report.copied.append(key)
+            {"copied": report.copied, "unchanged": report.unchanged, "skipped": report.skipped}[outcome].append(key)
         if progress is not None:
             progress(n, len(todo), key)
     return report
+
+
+def _copy(target: Store, snapshot: SessionSnapshot, existing: Existing) -> str:
+    """Copy one session: ``"copied"``, ``"unchanged"`` (the target holds the same) or
+    ``"skipped"``; :class:`SessionExistsError` when it holds other content and
+    ``existing`` is ``"refuse"``."""
+    key = snapshot.key
+    try:
+        import_session(target, snapshot)
+        return "copied"
+    except SessionExistsError:
+        there = export_session(target, key)
+        if there is not None and there.lines == snapshot.lines and there.meta == {**snapshot.meta, "key": key}:
+            return "unchanged"
+        if existing == "skip":
+            return "skipped"
+        if existing == "refuse":
+            raise SessionExistsError(f"session {key!r} already exists in the target with other content",
+                                     key=key) from None
+    with target.lock(key):  # replaced as one unit for every other writer
+        target.delete_session(key)
+        import_session(target, snapshot)
+    return "copied"
 
 
 # -- reading a session ---------------------------------------------------------------------

@@ -35,10 +35,10 @@ try:
     import hypothesis  # noqa: F401
     import pytest  # noqa: F401
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
-    raise ImportError(
-        "jsonl_sessions.testing needs hypothesis and pytest; install them with: "
-        "pip install 'jsonl-sessions[testing]'"
-    ) from _exc
+    from ..extras import install_hint
+
+    raise ImportError(f"jsonl_sessions.testing needs hypothesis and pytest; install them with: "
+                      f"{install_hint('testing')}") from _exc
 
 from . import strategies
 from .contract import SessionStoreContract

@@ -107,7 +107,9 @@ def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]
     assert out.startswith(f"usage: jsonl-sessions {command}")
     description = out.split("\n\n")[1]
     assert len(description.split()) >= 5, out
-    assert "--root" in out
+    from jsonl_sessions.cli import TABLE
+
+    assert ("--root" in out) == TABLE[command].at_root  # migrate names its stores: SRC and DST
     assert main(["--help"]) == 0
     top = capsys.readouterr().out
     summary = re.search(rf"^    {command} +(\S.*)$", top, re.MULTILINE)
@@ -861,6 +863,7 @@ SUBPROCESS_CASES: dict[str, tuple[list[str], int, str]] = {
     "export": (["export", "demo/chat"], 0, '"content":"message 0"'),
     "import": (["import", "piped", "-"], 0, "imported 2 messages into new session 'piped'"),
     "rm": (["rm", "demo/chat"], 0, "removed session 'demo/chat'"),
+    "prune": (["prune", "--older-than", "1000"], 0, "removed 0 sessions with no activity for 1000 hours"),
     "stats": (["stats", "--json"], 0, '"messages": 3'),
 }
 
@@ -908,6 +911,7 @@ JSON_CASES: dict[str, list[str]] = {
     "export": ["export", "demo/chat"],
     "import": ["import", "imported", "{input}"],
     "rm": ["rm", "demo/chat"],
+    "prune": ["prune", "--older-than", "0", "--dry-run"],
     "stats": ["stats"],
     "migrate": ["migrate", "{root}", "{tmp}/copy.db"],
     "demo": ["demo", "--root", "{tmp}/tour"],

@@ -90,8 +90,11 @@ def test_migrate_both_ways_and_refusals(stores: tuple[pathlib.Path, pathlib.Path
     assert status == 0 and "copied 2 sessions from the SQLite file" in out and err == ""
     for name in ("demo%2fchat.jsonl", "fork.jsonl"):
         assert (tmp_path / "back" / name).read_bytes() == (jsonl / name).read_bytes()
+    status, out, err = run(capsys, "migrate", str(jsonl), str(db))  # the same sessions: already there
+    assert status == 0 and "2 sessions already there" in out and err == ""
+    SqliteSessionStore(db).append("fork", {"role": "user", "content": "only in the copy"})
     status, out, err = run(capsys, "migrate", str(jsonl), str(db))
-    assert status == 1 and "2 not copied" in out and "already exists" in err
+    assert status == 1 and "1 not copied" in out and "already exists" in err
     assert run(capsys, "migrate", str(tmp_path / "nowhere"), str(db))[0] == 2
     assert run(capsys, "migrate", str(db), str(db))[0] == 2
     status, out, _ = run(capsys, "migrate", "--to", "sqlite", str(jsonl), str(tmp_path / "plain-name"))

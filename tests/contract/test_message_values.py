@@ -90,3 +90,41 @@ def test_the_id_of_a_removed_last_message_is_not_given_to_the_next_one(backend: 
         assert newcomer != removed
         assert not store.remove_last("k", expected_id=removed)  # the newcomer stays
         assert store.get_messages("k")[-1].content == f"b{i}"
+
+
+def test_values_longer_than_a_database_index_entry_are_taken(store: SessionStore, backend: Backend) -> None:
+    """A session key, a message id and an agent alias of 3,000 random hex characters
+    (more than a PostgreSQL btree entry holds, ~2.7 KB, and they do not compress) are
+    stored and found again like short ones, on every backend."""
+    import secrets
+
+    key, alias = secrets.token_hex(1500), secrets.token_hex(1500)
+    mid = store.append(key, user("first")) + secrets.token_hex(1500)  # sorts right after the first id
+    assert store.append(key, user("long id", id=mid)) == mid
+    store.append(key, user("after", id=mid + "1"))
+    store.set_session_agent_alias(key, alias)
+    fresh = backend.fresh(store)
+    assert fresh.list_sessions() == [key] and fresh.session_exists(key)
+    assert fresh.get_message(key, mid) is not None
+    assert [m.content for m in fresh.page(key, before=mid).messages] == ["first"]
+    assert fresh.count_agent_attribution(alias) == 1
+    assert fresh.copy_messages(key, "copy", up_to_message_id=mid) == mid
+    assert fresh.truncate_messages(key, mid) == 1
+    assert fresh.remove_last(key, expected_id=mid)
+    assert fresh.rename_agent_attribution(alias, "short") == 1
+    assert [m.id for m in fresh.try_load("copy")][-1] == mid
+    assert fresh.delete_session(key) and fresh.list_sessions() == ["copy"]
+
+
+def test_created_at_past_the_signed_64_bit_range_keeps_the_store_healthy(store: SessionStore,
+                                                                          backend: Backend) -> None:
+    """``created_at`` in [2**63, 2**64) is accepted by every backend; the store's own
+    health check (where it has one) finds nothing wrong with it."""
+    store.append("k", user("late", created_at=2**63 + 5))
+    store.append_many("k", [user("later", created_at=2**64 - 1)])
+    store.update_last("k", user("last", created_at=2**63))
+    fresh = backend.fresh(store)
+    assert [m.created_at for m in fresh.try_load("k")] == [2**63 + 5, 2**63]
+    verify = getattr(fresh, "verify", None)
+    if verify is not None:
+        assert verify().findings == []

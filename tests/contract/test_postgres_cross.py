@@ -111,8 +111,12 @@ def test_migrate_command_between_all_three_backends(server: PgServer, tmp_path: 
                      str(tmp_path / "s.db")]) == 0
         assert main(["migrate", str(tmp_path / "s.db"), str(tmp_path / "back")]) == 0
         capsys.readouterr()
+        assert main(["migrate", "--to", "postgres", "--to-schema", schema, str(tmp_path / "jsonl"), server.dsn]) == 0
+        assert "2 sessions already there" in capsys.readouterr().out  # the same sessions: nothing to do
+        source.append("chat-2", {"role": "user", "content": "newer"})
         assert main(["migrate", "--to", "postgres", "--to-schema", schema, str(tmp_path / "jsonl"), server.dsn]) == 1
-        assert "not copied" in capsys.readouterr().err  # the sessions exist: refused, untouched
+        assert "not copied" in capsys.readouterr().err  # other content: refused, untouched
+        source.remove_last("chat-2")
         assert main(["migrate", "--from", "postgres", "--to", "postgres", "--from-schema", schema, "--to-schema",
                      schema, server.dsn, server.dsn]) == 2
         assert transcripts(tmp_path / "back") == transcripts(tmp_path / "jsonl")

@@ -42,6 +42,7 @@ def test_store_verify_finds_a_corrupt_line_with_its_line_and_offset(tmp_path: pa
     lines = path.read_bytes().split(b"\n")
     lines[2] = b"{not json"
     path.write_bytes(b"\n".join(lines))
+    counted = store.get_message_count("a")  # (it may refresh the count cache: before the snapshot)
     before = files(tmp_path / "s")
     report = store.verify()
     assert isinstance(report, VerifyReport) and report.backend == "jsonl" and not report.ok
@@ -51,7 +52,8 @@ def test_store_verify_finds_a_corrupt_line_with_its_line_and_offset(tmp_path: pa
     assert (found.kind, found.key, found.file, found.line, found.offset, found.severity, found.fixable) == (
         "corrupt-line", "a", key_to_stem("a") + ".jsonl", 3, len(lines[0]) + len(lines[1]) + 2, "problem", False)
     assert found.to_json(report.location)["path"] == str(path)
-    assert (report.sessions, report.messages) == (2, 4)  # the corrupt line is not a message
+    # the corrupt line counts, as get_message_count, ls and stats count it (it holds a position)
+    assert (report.sessions, report.messages) == (2, 5) == (2, counted + 1)
     assert store.verify(["b"]).ok and store.verify(["a"]).problems == [found]
     assert files(tmp_path / "s") == before  # read-only
     assert store.verify(fix=True).problems == [found] and files(tmp_path / "s") == before  # fix never touches a line

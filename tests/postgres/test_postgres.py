@@ -49,6 +49,52 @@ def test_schema_version_table_and_a_newer_or_foreign_schema_refused(pg_dsn: str,
             conn.execute('DROP SCHEMA "foreign app" CASCADE')
 
 
+def test_a_version_1_schema_is_migrated_and_then_takes_values_of_any_length(pg_dsn: str, pg_schema: str) -> None:
+    """A schema as version 1 left it (btree unique indexes on the key and the message id,
+    NULL for a created_at past bigint) opens: the migration keeps every row, verify()
+    finds it healthy, a repeated id is still refused, and keys and ids longer than a btree
+    entry are taken afterwards."""
+    import secrets
+
+    import psycopg
+
+    from jsonl_sessions import DuplicateMessageError
+    from jsonl_sessions.postgres import MIGRATIONS, SCHEMA_VERSION
+
+    source = postgres_store(pg_dsn, pg_schema + "_src")
+    first = source.append("k", {"role": "user", "content": "one"})
+    source.append("k", {"role": "user", "content": "late", "created_at": 2**63 + 5})
+    source.set_session_agent_alias("k", "agent")
+    s, src = f'"{pg_schema}"', f'"{pg_schema}_src"'
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {s}")
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement.replace("{s}", s))
+        conn.execute(f"CREATE TABLE {s}.schema_version (version integer NOT NULL); "
+                     f"INSERT INTO {s}.schema_version VALUES (1)")
+        conn.execute(f"INSERT INTO {s}.sessions (key, meta, agent_alias, principal_id, state, message_count, "
+                     f"size_bytes, activity_ns) SELECT key, meta, agent_alias, principal_id, state, message_count, "
+                     f"size_bytes, activity_ns FROM {src}.sessions")
+        conn.execute(f"INSERT INTO {s}.messages SELECT (SELECT id FROM {s}.sessions), seq, id, "
+                     f"nullif(created_at, 9223372036854775807), role, kind, line, folded FROM {src}.messages")
+        conn.execute(f"DROP SCHEMA {src} CASCADE")
+    source.close()
+    store = postgres_store(pg_dsn, pg_schema)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert conn.execute(f"SELECT version FROM {s}.schema_version").fetchall() == [(SCHEMA_VERSION,)]
+    assert SCHEMA_VERSION == 2
+    loaded = store.try_load("k")
+    assert [m.content for m in loaded] == ["one", "late"] and loaded[1].created_at == 2**63 + 5
+    assert store.verify().findings == []
+    assert store.count_agent_attribution("agent") == 1
+    with pytest.raises(DuplicateMessageError):
+        store.append("k", {"role": "user", "content": "again", "id": first})
+    long_key = secrets.token_hex(1500)
+    store.append(long_key, {"role": "user", "content": "long"})
+    assert store.session_exists(long_key) and store.verify().findings == []
+    store.close()
+
+
 def test_concurrent_openers_migrate_once(pg_dsn: str, pg_schema: str) -> None:
     """Several stores opening a new schema at once: the migration lock makes one of them
     create the tables, the others find them (no duplicate-table error)."""
@@ -151,6 +197,70 @@ def test_calls_inside_lock_commit_each_and_are_visible_before_the_block_ends(pg_
     assert other.get_session_name("k") == "named"
     store.close()
     other.close()
+
+
+def test_pool_size_threads_in_lock_blocks_at_once_each_use_their_blocks_connection(pg_dsn: str,
+                                                                                   pg_schema: str) -> None:
+    """As many threads as the pool has connections, each inside a lock() block on its own
+    session at the same time: the calls inside run on the block's connection, so none
+    waits for a second one (which would never come: connect_timeout, then
+    DatabaseUnavailableError)."""
+    import threading
+
+    from jsonl_sessions.postgres import PostgresSessionStore
+
+    store = PostgresSessionStore(pg_dsn, schema=pg_schema, pool_size=2, connect_timeout=2)
+    other = postgres_store(pg_dsn, pg_schema)
+    inside = threading.Barrier(2, timeout=30)
+    errors: list[BaseException] = []
+
+    def work(key: str) -> None:
+        try:
+            with store.lock(key):
+                inside.wait()  # both blocks hold their connection now
+                store.append(key, {"role": "user", "content": "in"})
+                assert [m.content for m in store.load(key)] == ["in"]
+                assert store.get_message_count(key) == 1
+                assert [m.content for m in other.load(key)] == ["in"]  # committed before the block ends
+                inside.wait()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    # the blocks' locks went with them: another store takes both guards at once
+    with other.lock("a"), other.lock("b"):
+        other.append("a", {"role": "user", "content": "after"})
+    store.close()
+    other.close()
+
+
+def test_nested_lock_blocks_share_one_connection_and_release_every_lock(pg_dsn: str, pg_schema: str) -> None:
+    """pool_size=1: a block, a nested block on another key, a fork between the two keys and
+    a read inside them all run on the one connection; at the end no advisory lock is left
+    on it (the pool hands it to the next borrower clean)."""
+    import psycopg
+
+    from jsonl_sessions.postgres import PostgresSessionStore
+
+    store = PostgresSessionStore(pg_dsn, schema=pg_schema, pool_size=1, connect_timeout=2,
+                                 application_name="jsonl-nested")
+    store.append("a", {"role": "user", "content": "one"})
+    with store.lock("a"):
+        with store.lock("b"):
+            assert store.copy_messages("a", "b") is not None
+            assert [m.content for m in store.load("b")] == ["one"]
+        store.append("a", {"role": "user", "content": "two"})
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        left = conn.execute("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                            "WHERE l.locktype = 'advisory' AND a.application_name = 'jsonl-nested'").fetchone()
+    assert left == (0,)
+    assert [m.content for m in store.load("a")] == ["one", "two"]
+    store.close()
 
 
 def test_verify_finds_planted_inconsistencies(pg_store: Any) -> None:
