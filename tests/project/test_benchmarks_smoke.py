@@ -132,7 +132,6 @@ def test_append_path_benchmark_reports_every_row(tmp_path: pathlib.Path, capsys:
         sys.path.insert(0, str(ROOT))
     from benchmarks import appendpath
     from benchmarks.bare import BareAppend
-
     from jsonl_sessions import SessionStore
 
     assert appendpath.main(["--flush", "20", "--fsync", "3", "--dir", str(tmp_path)]) == 0
