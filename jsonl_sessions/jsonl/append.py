@@ -324,6 +324,11 @@ def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: in
             _platform.truncate(fd, committed)
     elif hide:
         guard.hide_from(committed)
+    # The tail the lines leave, made before the write: after a durable append's fsync only
+    # the control file's write and the unlock remain. Tail(...), without its __new__'s frame.
+    end = committed + len(data)
+    nl = data.rfind(b"\n", 0, len(data) - 1)
+    written = _new_tuple(Tail, (end, end, committed + nl + 1, data[nl + 1 : -1]))
     after: os.stat_result | None = None  # the transcript after the write, stat'ed before the fsync
     counted = False  # whether clearing the visible end wrote the count cache too
     try:
@@ -363,11 +368,8 @@ def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: in
         except OSError:
             _drop(guard, view, fd)
             return
-    end = committed + len(data)
     if st.st_size == end:
-        nl = data.rfind(b"\n", 0, len(data) - 1)
-        # Tail(end, end, ...), without its __new__'s frame: this runs on every append.
-        new_tail: Tail | None = _new_tuple(Tail, (end, end, committed + nl + 1, data[nl + 1 : -1]))
+        new_tail: Tail | None = written
         last = new_ids[-1]
     else:  # a foreign writer appended too: read the tail again, count later
         new_tail, clean, last = None, False, ""
