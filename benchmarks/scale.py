@@ -103,6 +103,13 @@ elif kind == "list":
         from jsonl_sessions import SessionStore
         store = SessionStore(root, durability="flush")
         op = store.list_sessions_with_metadata
+        if args["impl"] == "sidebar":  # the 50 newest; a version without sort= sorts the whole listing itself
+            try:
+                store.list_sessions_with_metadata(sort="updated_at", descending=True, limit=50)
+                op = lambda: store.list_sessions_with_metadata(sort="updated_at", descending=True, limit=50)
+            except TypeError:
+                op = lambda: sorted(store.list_sessions_with_metadata(), key=lambda m: (m.updated_at, m.key),
+                                    reverse=True)[:50]
     assert len(op()) == args["expect"]
     samples = []
     for _ in range(args["reps"]):
@@ -240,15 +247,19 @@ def measure_list(versions: Versions, base: str, sessions: int, rounds: int, reps
         store.set_session_name(key, f"session number {i}")
         store.get_message_count(key)  # as any read leaves it: the count cached
     store.close()
-    runs = {"floor": "ours"} | {v: v for v in versions.paths}
+    runs = {"floor": ("ours", "floor")} | {v: (v, "store") for v in versions.paths} | {
+        f"{v}_sidebar": (v, "sidebar") for v in versions.paths}
     samples: dict[str, list[float]] = {name: [] for name in runs}
     for turn in range(rounds):
         for name in rotated(list(runs), turn):
-            args = {"kind": "list", "root": root, "impl": "floor" if name == "floor" else "store",
-                    "reps": reps, "expect": sessions}
-            samples[name] += child(versions, runs[name], args, base)["ns"]
+            version, impl = runs[name]
+            args = {"kind": "list", "root": root, "impl": impl, "reps": reps,
+                    "expect": min(sessions, 50) if impl == "sidebar" else sessions}
+            samples[name] += child(versions, version, args, base)["ns"]
     labels = {"floor": "floor: scandir + lstat of each transcript", "ours": "list_sessions_with_metadata()",
-              "baseline": "the same, baseline version"}
+              "baseline": "the same, baseline version",
+              "ours_sidebar": "sidebar: sort=updated_at, descending, limit=50",
+              "baseline_sidebar": "the same, baseline version (sorts the full listing)"}
     return [Line("list", name, labels[name], "ns", samples[name]) for name in runs]
 
 
@@ -304,17 +315,21 @@ def goals_of(lines: Sequence[Line]) -> list[Goal]:
     by = {(ln.group, ln.impl): max(ln.median, 1.0) for ln in lines}  # (a tiny run's RSS may not grow)
     out = []
     for version in ("ours", "baseline"):
-        if ("import", version) not in by:
-            continue
         tag = "" if version == "ours" else " (baseline)"
-        out += [
-            Goal(f"import{tag}", f"import jsonl_sessions - python -c pass{tag}",
-                 (by["import", version] - by["import", "floor"]) / 1e6, 60, "ms"),
-            Goal(f"rss{tag}", f"try_load peak RSS / the floor's{tag}", by["rss", version] / by["rss", "floor"], 1.5, "x"),
-            Goal(f"list{tag}", f"list_sessions_with_metadata / scandir + lstat{tag}",
-                 by["list", version] / by["list", "floor"], 4, "x"),
-            Goal(f"search{tag}", f"search / grep -ci{tag}", by["search", version] / by["search", "grep"], 5, "x"),
-        ]
+        if ("import", version) in by:
+            out.append(Goal(f"import{tag}", f"import jsonl_sessions - python -c pass{tag}",
+                            (by["import", version] - by["import", "floor"]) / 1e6, 60, "ms"))
+        if ("rss", version) in by:
+            out.append(Goal(f"rss{tag}", f"try_load peak RSS / the floor's{tag}",
+                            by["rss", version] / by["rss", "floor"], 1.5, "x"))
+        if ("list", version) in by:
+            out += [Goal(f"list{tag}", f"list_sessions_with_metadata / scandir + lstat{tag}",
+                         by["list", version] / by["list", "floor"], 4, "x"),
+                    Goal(f"sidebar{tag}", f"the 50 newest sessions / scandir + lstat{tag}",
+                         by["list", f"{version}_sidebar"] / by["list", "floor"], 4, "x")]
+        if ("search", version) in by:
+            out.append(Goal(f"search{tag}", f"search / grep -ci{tag}", by["search", version] / by["search", "grep"],
+                            5, "x"))
     return out
 
 
@@ -323,6 +338,8 @@ def report(title: str, header: Sequence[tuple[str, str]], lines: Sequence[Line],
     out = [title] + [f"  {k:<12} {v}" for k, v in header] + [""]
     floors = {ln.group: max(ln.median, 1.0) for ln in lines if ln.impl in ("floor", "grep")}
     for group, heading in titles.items():
+        if not any(x.group == group for x in lines):
+            continue
         out.append(heading)
         for ln in (x for x in lines if x.group == group):
             out.append(f"  {ln.label:<62} {fmt(ln.median, ln.unit):>10}  {ln.median / floors[group]:6.2f}x floor"
@@ -365,6 +382,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--dir", metavar="DIR", default=None, help="make the temp dir inside DIR")
     p.add_argument("--json", metavar="PATH", default=None, help="also write every line and goal as JSON")
     p.add_argument("--label", metavar="TEXT", default=None, help="a note printed first in the header")
+    p.add_argument("--only", action="append", choices=("import", "rss", "list", "search"), default=None,
+                   help="run only this measurement (repeat for several; default: all)")
     return p.parse_args(argv)
 
 
@@ -382,13 +401,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         env = environment(base, args.label)
         versions = Versions(base, args.baseline, args.baseline_rev)
-        progress("import ...")
-        lines = measure_import(versions, sizes.import_rounds, base)
-        rss, rss_bytes = measure_rss(versions, base, sizes.rss_messages, sizes.rss_rounds, progress)
-        lines += rss
-        lines += measure_list(versions, base, sizes.sessions, sizes.list_rounds, sizes.list_reps, progress)
-        found, search_bytes = measure_search(versions, base, sizes.search_mb, sizes.search_rounds, progress)
-        lines += found
+        only = set(args.only or ("import", "rss", "list", "search"))
+        lines: list[Line] = []
+        rss_bytes = search_bytes = 0
+        if "import" in only:
+            progress("import ...")
+            lines += measure_import(versions, sizes.import_rounds, base)
+        if "rss" in only:
+            rss, rss_bytes = measure_rss(versions, base, sizes.rss_messages, sizes.rss_rounds, progress)
+            lines += rss
+        if "list" in only:
+            lines += measure_list(versions, base, sizes.sessions, sizes.list_rounds, sizes.list_reps, progress)
+        if "search" in only:
+            found, search_bytes = measure_search(versions, base, sizes.search_mb, sizes.search_rounds, progress)
+            lines += found
     finally:
         shutil.rmtree(base, ignore_errors=True)
     env["loadavg_end"] = load_average()

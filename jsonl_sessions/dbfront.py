@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from types import MappingProxyType
+from typing import Any, ClassVar, TypeVar
 
 from . import codec, rows, sidecar
 from .base import BaseStore, Keep
@@ -21,8 +22,9 @@ from .compaction import CompactionReport, plan_lines
 from .errors import CorruptMetadataError, CorruptTranscriptError, SessionExistsError, SessionNotFoundError
 from .ids import assign_ids
 from .keys import validate_key
+from .listing import Listing, keeps, page
 from .pagination import Reading
-from .types import ChatMessage, Page, SessionMetadata
+from .types import ChatMessage, Page, SessionList, SessionMetadata
 
 _T = TypeVar("_T")
 
@@ -89,6 +91,91 @@ class DatabaseFront(BaseStore):
 
     def _where(self, keep: Keep) -> list[SessionMetadata]:
         return [self._describe(s, meta) for s, meta in self._read(self._all) if keep(meta)]
+
+    # -- listing ------------------------------------------------------------------------------
+    #: The SQL value of each sort the database orders by itself: the row's own columns
+    #: (``updated_at`` is the activity in whole microseconds, as the metadata shows it).
+    #: ``name`` and ``created_at`` live inside the metadata object, whose typed reading
+    #: (a value of the wrong type, an unreadable object) is Python's: those are ordered in
+    #: Python over one read of every row.
+    _LIST_ORDER: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {"updated_at": "activity_ns / 1000", "message_count": "message_count"})
+    #: The key as SQL orders it by code point, as Python's str does.
+    _LIST_KEY = "key"
+    #: The parameter marker of the driver.
+    _MARK = "?"
+
+    @property
+    def _sessions_table(self) -> str:
+        """The table of sessions, as SQL names it."""
+        return "sessions"
+
+    def _list_filters(self, listing: Listing) -> tuple[list[str], list[Any]]:
+        """SQL conditions (with their arguments) that every session ``listing`` keeps
+        meets: they may let more through (each is checked again on the metadata), never
+        fewer. Here: ``updated_since`` on the activity column."""
+        if listing.updated_since is None:
+            return [], []
+        # updated_at >= since at microsecond precision, i.e. activity_ns // 1000 >= since
+        return [f"activity_ns >= {self._MARK}"], [listing.updated_since * 1000]
+
+    def _list(self, listing: Listing) -> SessionList:
+        """The page in SQL when the sort is a column: ``WHERE`` (filters, and the keyset
+        ``(value, key)`` past the cursor) ``ORDER BY value, key LIMIT``, in batches inside
+        one read transaction until the page is full; each row is checked against the
+        filters on its decoded metadata. An index on ``(activity_ns / 1000, key)`` and one
+        on the key serve the sidebar's listings (no filter on the metadata object): then
+        the cost is O(limit + offset) rows."""
+        expr = self._LIST_KEY if listing.sort == "key" else self._LIST_ORDER.get(listing.sort)
+        if expr is None:
+            return super()._list(listing)
+        return self._read(lambda c: self._list_rows(c, listing, expr))
+
+    def _list_rows(self, c: Any, listing: Listing, expr: str) -> SessionList:
+        mark, key = self._MARK, self._LIST_KEY
+        direction = " DESC" if listing.descending else ""
+        conditions, arguments = self._list_filters(listing)
+        head = (f"SELECT key, id, meta, message_count, size_bytes, activity_ns, {expr} FROM {self._sessions_table}")
+        order = f" ORDER BY {expr}{direction}, {key}{direction}"
+        want = None if listing.limit is None else listing.offset + listing.limit + 1
+        position = listing.after
+        batch = want
+        kept: list[SessionMetadata] = []
+        while True:
+            where = list(conditions)
+            args = list(arguments)
+            if position is not None:
+                # (value, key) past the position, spelled so that SQLite seeks the index
+                # (a row-value comparison on an expression scans it from its start)
+                op = "<" if listing.descending else ">"
+                where.append(f"{expr} {op}= {mark} AND ({expr} {op} {mark} OR {key} {op} {mark})")
+                args.extend((position[0], position[0], position[1]))
+            sql = head + (" WHERE " + " AND ".join(where) if where else "") + order
+            if batch is not None:
+                sql += f" LIMIT {int(batch)}"
+            found = c.execute(sql, args).fetchall()
+            for row in found:
+                s = self._row(row[0], row[1:6])
+                md = self._describe(s, self._listed_meta(s))
+                if keeps(listing, md):
+                    kept.append(md)
+            if batch is None or len(found) < batch or (want is not None and len(kept) >= want):
+                break
+            position = (found[-1][6], found[-1][0])
+            batch = min(batch * 4, 10_000)  # the filters left sessions out: read on, in growing batches
+        return page(listing, kept)
+
+    def _row(self, key: str, columns: Sequence[Any]) -> Any:
+        """A session row object from ``(id, meta, message_count, size_bytes, activity_ns)``."""
+        raise NotImplementedError
+
+    def _listed_meta(self, s: Any) -> dict[str, Any] | None:
+        """The metadata object of row ``s`` for a listing (None when unreadable: logged)."""
+        try:
+            return self._meta(s)
+        except CorruptMetadataError as exc:
+            rows.log.warning("%s", exc)
+            return None
 
     def _existing(self, c: Any, key: str) -> Any:
         """The session's row; :class:`SessionNotFoundError` when it does not exist."""
@@ -158,7 +245,7 @@ class DatabaseFront(BaseStore):
                     raise CorruptTranscriptError(key=key, path=self._path, line=p.line, offset=p.offset,
                                                  reason=p.reason)
                 saved = self._quarantine(c, key, data)
-            if plan.dropped:
+            if plan.dropped or plan.renumbered:
                 self._replace_rows(c, s.id, [line[:-1] for line in plan.kept])
             return CompactionReport(key, plan, saved, False)
 
@@ -233,11 +320,7 @@ class DatabaseFront(BaseStore):
         cannot be read: logged, so one bad session never fails a listing)."""
         out: list[tuple[Any, dict[str, Any] | None]] = []
         for s in sorted(found, key=lambda s: s.key):
-            try:
-                out.append((s, self._meta(s)))
-            except CorruptMetadataError as exc:
-                rows.log.warning("%s", exc)
-                out.append((s, None))
+            out.append((s, self._listed_meta(s)))
         return out
 
     def _set_field(self, key: str, name: str, value: object) -> None:

@@ -156,11 +156,6 @@ def encode_cursor(sort: str, descending: bool, value: Value, key: str) -> str:
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
-def cursor_after(listing: Listing, md: SessionMetadata) -> str:
-    """The cursor of the page that follows session ``md`` in ``listing``."""
-    return encode_cursor(listing.sort, listing.descending, value_of(md, listing.sort), md.key)
-
-
 def decode_cursor(cursor: object, sort: str, descending: bool) -> tuple[Value, str]:
     """The position ``(value, key)`` a cursor names; :class:`InvalidArgumentError` when it
     is not a cursor of this package or belongs to another sort or direction."""
@@ -234,16 +229,27 @@ def page(listing: Listing, ordered_sessions: Iterable[SessionMetadata]) -> Sessi
     """The page of ``listing`` from sessions already filtered and in its order: those after
     its cursor, from ``offset`` on, at most ``limit``, with the next page's cursor. Reads
     one session past the page (to know whether there is a next one), no more."""
+    sort = listing.sort
+    return page_at(listing, ((md, value_of(md, sort)) for md in ordered_sessions))
+
+
+def page_at(listing: Listing, positioned: Iterable[tuple[SessionMetadata, Value]]) -> SessionList:
+    """:func:`page` of sessions each with the sort value it was ordered by (the next
+    cursor names that value: a backend that orders by values read before the metadata
+    continues from where it was in its order, also when a session changed meanwhile)."""
     out: list[SessionMetadata] = []
+    last: Value = None
     skip = listing.offset
     limit = listing.limit
-    for md in ordered_sessions:
+    for md, value in positioned:
         if skip:
             skip -= 1
             continue
         if limit is not None and len(out) >= limit:
-            return SessionList(out, cursor_after(listing, out[-1]) if out else None)
+            cursor = encode_cursor(listing.sort, listing.descending, last, out[-1].key) if out else None
+            return SessionList(out, cursor)
         out.append(md)
+        last = value
     return SessionList(out)
 
 
@@ -257,5 +263,6 @@ def select(listing: Listing, sessions: Iterable[SessionMetadata]) -> SessionList
     return page(listing, ordered(kept, listing.sort, listing.descending))
 
 
-__all__ = ["NULLABLE", "SORTS", "TEXT_SORTS", "Listing", "Sort", "check_listing", "cursor_after", "decode_cursor",
-           "encode_cursor", "follows", "keeps", "micros", "ordered", "page", "select", "value_of"]
+__all__ = ["NULLABLE", "SORTS", "TEXT_SORTS", "Listing", "Sort", "Value", "check_listing",
+           "decode_cursor", "encode_cursor", "follows", "keeps", "micros", "ordered", "page", "page_at", "select",
+           "value_of"]

@@ -176,7 +176,17 @@ def _extend_forward(picked: Picked, lines: Lines, reading: Reading, call_before:
         picked.append((position, record))
 
 
-def page_back(lines: Lines, reading: Reading, limit: int, breakpoint: bool, whole_turns: bool, newer: bool) -> Page:
+#: ``cursor(position, message_id)``: the cursor that names the line at ``position``
+#: (see :func:`make_page`).
+Cursor = Callable[[int, str], str]
+
+
+def _id_cursor(_position: int, message_id: str) -> str:
+    return message_id
+
+
+def page_back(lines: Lines, reading: Reading, limit: int, breakpoint: bool, whole_turns: bool, newer: bool,
+              cursor: Cursor = _id_cursor) -> Page:
     """The backward page read from ``lines`` (newest first; :func:`walk_back`); ``newer``:
     there are messages after the first line (a ``before`` cursor was given)."""
     picked, newest = walk_back(lines, reading, limit, breakpoint, whole_turns)
@@ -185,26 +195,30 @@ def page_back(lines: Lines, reading: Reading, limit: int, breakpoint: bool, whol
     has_more = reading.any_left(lines)
     newer = newer or picked[0][0] != newest
     picked.reverse()
-    return make_page(picked, has_more, has_more, newer)
+    return make_page(picked, has_more, has_more, newer, cursor)
 
 
 def page_forward(lines: Lines, reading: Reading, limit: int, breakpoint: bool, whole_turns: bool,
-                 call_before: Callable[[int, str], bool], at_start: Callable[[int], bool]) -> Page:
+                 call_before: Callable[[int, str], bool], at_start: Callable[[int], bool],
+                 cursor: Cursor = _id_cursor) -> Page:
     """The forward page read from ``lines`` (oldest first; :func:`walk_forward`);
     ``at_start(position)`` tells whether a line is the session's first."""
     picked = walk_forward(lines, reading, limit, breakpoint, whole_turns, call_before)
     if not picked:
         return Page([], False, None, None)
     has_more = reading.any_left(lines)
-    return make_page(picked, has_more, not at_start(picked[0][0]), has_more)
+    return make_page(picked, has_more, not at_start(picked[0][0]), has_more, cursor)
 
 
-def make_page(picked: Picked, has_more: bool, older: bool, newer: bool) -> Page:
+def make_page(picked: Picked, has_more: bool, older: bool, newer: bool, cursor: Cursor = _id_cursor) -> Page:
     """The page of ``picked`` (oldest first), with the cursor of an end only when there is
-    more beyond it: ``before`` the oldest when ``older``, ``after`` the newest when ``newer``."""
+    more beyond it: ``before`` the oldest when ``older``, ``after`` the newest when ``newer``.
+    A cursor is ``cursor(position, id)``: the message's id by default; a backend whose ids
+    may not name one line (a damaged transcript) adds what tells the line apart."""
     messages = [from_record(record) for _, record in picked]
-    return Page(messages, has_more, messages[0].id if older else None, messages[-1].id if newer else None)
+    return Page(messages, has_more, cursor(picked[0][0], messages[0].id) if older else None,
+                cursor(picked[-1][0], messages[-1].id) if newer else None)
 
 
-__all__ = ["TURN_SEARCH_LINES", "Lines", "Reading", "created_of", "make_page", "page_back", "page_forward", "walk_back",
+__all__ = ["TURN_SEARCH_LINES", "Cursor", "Lines", "Reading", "created_of", "make_page", "page_back", "page_forward", "walk_back",
            "walk_forward"]

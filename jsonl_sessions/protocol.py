@@ -26,6 +26,17 @@ Words used below:
 - *durable*: in ``"fsync"`` mode, a mutation that returned is on stable storage; in
   ``"flush"`` mode it survives a crash of the process, not of the machine.
 - ``n``: the number of messages of the session; ``N``: the number of sessions.
+- *message id*: the store's ULID (26 chars, Crockford base32, upper case), strictly
+  increasing within a session. A write that takes messages (:meth:`append`,
+  :meth:`append_many`, :meth:`update_last`, :meth:`rewrite_messages`,
+  :meth:`replace_conversation_state`) takes a caller's id only if it is a canonical ULID,
+  greater than the session's newest id (and the one before it in the batch) and at most
+  24 h ahead of the store's clock; anything else (a UUID, a provider's ``msg_...``) is
+  refused at the call with :class:`~jsonl_sessions.errors.InvalidMessageError`, nothing
+  written. So no sequence of accepted calls leaves a session where a plain append
+  fails. A provider's or tool's id belongs in a field of its own (``provider_id``), kept
+  in ``ChatMessage.extra``. Ids that are not ULIDs, left by an earlier version or another
+  tool, are read and never block an append (new ids follow the newest ULID).
 
 Every method raises :class:`~jsonl_sessions.errors.InvalidSessionKeyError` for a key
 that is not a non-empty string (or cannot be stored), and
@@ -96,8 +107,9 @@ class SessionBackend(Protocol):
     def try_load(self, key: str) -> list[ChatMessage]:
         """Every message, oldest first; ``[]`` for a missing or empty session.
 
-        :raises CorruptTranscriptError: a stored message does not parse (the error names
-            the session, the file or row, the line and the byte offset).
+        :raises CorruptTranscriptError: a stored message does not parse, repeats an
+            earlier message's id, or is a ULID not greater than the ULID before it (the
+            error names the session, the file or row, the line and the byte offset).
         Cost: O(n)."""
         ...
 
@@ -116,7 +128,9 @@ class SessionBackend(Protocol):
 
     def get_message(self, key: str, message_id: str) -> ChatMessage | None:
         """The message with id ``message_id``; None when the session does not exist, has
-        no such message, or that message does not parse (logged). Cost: O(log n)."""
+        no such message, or that message does not parse (logged). When a damaged
+        transcript holds the id more than once, one of those messages. Cost: O(log n)
+        (O(n) for an id that is not a ULID)."""
         ...
 
     def get_messages(self, key: str, *, limit: int | None = None, offset: int = 0) -> list[ChatMessage]:
@@ -153,7 +167,11 @@ class SessionBackend(Protocol):
         back to the call; with ``after``, extended forward instead).
 
         ``Page.has_more`` says whether another page exists in the direction of travel;
-        ``Page.before`` / ``Page.after`` are the cursors of the next older / newer page.
+        ``Page.before`` / ``Page.after`` are the cursors of the next older / newer page:
+        opaque strings, the message's id in the normal case (any message id is a cursor);
+        where an id does not name one message (a repeated or out-of-order line left by
+        another tool), a cursor that does, so paging both ways reaches every message
+        exactly once, in :meth:`load` order.
         A stored message that does not parse is skipped (logged) and does not count
         towards ``limit``. The page is read from one consistent state.
 
@@ -169,10 +187,12 @@ class SessionBackend(Protocol):
         """Append one message, creating the session if needed; return its id.
 
         A message without an id gets a new ULID, greater than every id of the session;
-        a given id is kept and must be greater than the last one.
+        a given id is kept if the store takes it (see *message id* above: a canonical
+        ULID, greater than the last one, at most 24 h ahead).
         :raises SerializationError: the message is not JSON-serialisable.
-        :raises InvalidMessageError: no ``role``, a malformed field, too large, or an id
-            not greater than the last one.
+        :raises InvalidMessageError: no ``role``, a malformed field, too large, an id
+            that is not a canonical ULID or is more than 24 h ahead (the message says to
+            keep a provider's id in an extra field), or an id not greater than the last one.
         :raises DuplicateMessageError: the id is already in the session.
         Atomic, durable. Cost: O(1) in the session's length."""
         ...
@@ -199,7 +219,8 @@ class SessionBackend(Protocol):
     def update_last(self, key: str, message: MessageLike, *, expected_id: str | None = None) -> bool:
         """Replace the newest message; True when one was replaced. With
         ``expected_id``, only when the newest message has that id. The new message keeps
-        the old id and ``created_at`` unless it carries its own.
+        the old id and ``created_at`` unless it carries its own (the old id as it is,
+        whatever it is; another id by the rule of *message id*).
 
         Errors as :meth:`append`, and :class:`CorruptTranscriptError` when the newest
         message does not parse. Atomic, durable. Cost: O(1) in the session's length."""
@@ -207,7 +228,8 @@ class SessionBackend(Protocol):
 
     def rewrite_messages(self, key: str, messages: Iterable[MessageLike]) -> None:
         """Replace every message of the session at once (creating it if needed).
-        Messages without ids get ids that keep the order increasing.
+        Messages without ids get ids that keep the order increasing; given ids follow the
+        rule of *message id* (increasing within the list).
 
         :raises CorruptTranscriptError: the current messages do not all parse (nothing
             is replaced; repair first).
@@ -300,11 +322,12 @@ class SessionBackend(Protocol):
         (0: nothing written). The order and bytes of the rest are kept.
 
         :raises SessionNotFoundError: the session does not exist.
-        :raises CorruptTranscriptError: a stored message does not parse, or repeats an
-            earlier id with other bytes (nothing changed), unless ``repair=True``: then
-            the original is first kept in a quarantine copy (logged; never removed by the
-            store) and every message that parses is kept (of those sharing an id, the
-            first).
+        :raises CorruptTranscriptError: a stored message does not parse, repeats an
+            earlier id with other bytes, or is a ULID out of order (nothing changed),
+            unless ``repair=True``: then the original is first kept in a quarantine copy
+            (logged; never removed by the store), what does not parse is dropped, and
+            every other message is kept in place: one with a repeated or out-of-order id
+            under a new ULID, its old id in the extra field ``original_id``.
         Atomic, durable. Cost: O(n)."""
         ...
 

@@ -32,6 +32,14 @@ log = logging.getLogger("jsonl_sessions")
 MAX_INTEGER = 2**63 - 1
 
 
+#: The SQL tests that an ``id`` column holds a ULID (a canonical one, as
+#: :func:`jsonl_sessions.ids.is_ulid`): new ids are made after the newest such id, so an id
+#: an earlier version took from a caller (``"msg_abc"``) never blocks an append.
+_ULID_CLASS = "[0123456789ABCDEFGHJKMNPQRSTVWXYZ]"
+ULID_GLOB = "[01234567]" + _ULID_CLASS * 25  # SQLite: id GLOB '<this>'
+ULID_REGEX = f"^[01234567]{_ULID_CLASS}{{25}}$"  # PostgreSQL: id ~ '<this>'
+
+
 def created_column(created_at: int | None) -> int | None:
     """The ``created_at`` index column of a message created at ``created_at``: the value,
     clamped to :data:`MAX_INTEGER` (the codec writes ints up to 2**64 - 1, SQLite stores

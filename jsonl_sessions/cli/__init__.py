@@ -3,11 +3,11 @@
 This module is the entry point (:func:`main`) and the argument parser (:data:`TABLE`
 lists every command: help, arguments, handler; :func:`build_parser` builds the parser
 from it); the handlers are in :mod:`.reading` (ls, show, search, tail), :mod:`.transfer`
-(export, import), :mod:`.upkeep` (rm, prune, stats, gc, repair), :mod:`.verify`, :mod:`.migrate` and
-:mod:`.demo`, what they print in :mod:`.output`; :mod:`.stores` opens the store.
+(export, import), :mod:`.upkeep` (rm, prune, stats, gc, repair), :mod:`.verify`, :mod:`.migrate`,
+:mod:`.demo` and :mod:`.serve`, what they print in :mod:`.output`; :mod:`.stores` opens the store.
 
 Commands (:data:`jsonl_sessions.cli.COMMANDS`): ``ls``, ``show``, ``tail``, ``search``, ``verify``,
-``repair``, ``gc``, ``export``, ``import``, ``rm``, ``prune``, ``stats``, ``migrate``, ``demo``. The store directory is
+``repair``, ``gc``, ``export``, ``import``, ``rm``, ``prune``, ``stats``, ``migrate``, ``demo``, ``serve``. The store directory is
 ``--root``, else ``$JSONL_SESSIONS_ROOT``, else the per-user data directory
 (:func:`default_root`). Commands that only read never create it.
 
@@ -28,6 +28,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from .. import __version__
 from ..base import DEFAULT_LOCK_TIMEOUT
@@ -37,6 +38,7 @@ from .demo import cmd_demo
 from .migrate import cmd_migrate
 from .output import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, PROG, CliError, UsageError, err
 from .reading import SORTS, cmd_ls, cmd_search, cmd_show, cmd_tail
+from .serve import cmd_serve
 from .transfer import cmd_export, cmd_import
 from .upkeep import cmd_gc, cmd_prune, cmd_repair, cmd_rm, cmd_stats
 from .verify import cmd_verify
@@ -207,12 +209,33 @@ def _key(p: argparse.ArgumentParser) -> None:
 
 def _ls(p: argparse.ArgumentParser) -> None:
     _outputs(p)
-    p.add_argument("--sort", choices=sorted(SORTS), default="key",
-                   help="order (default key; activity, created, messages and size list the largest first)")
+    p.add_argument("--sort", choices=list(SORTS), default="key",
+                   help="order: key (default), name, updated_at, created_at, message_count; sessions without "
+                        "a name or creation time come last. The older names activity, created, messages and "
+                        "size list the newest or largest first")
+    p.add_argument("--desc", action="store_true", help="descending order")
     p.add_argument("-r", "--reverse", action="store_true", help="reverse the order")
+    p.add_argument("-n", "--limit", type=_count, metavar="N", help="at most N sessions (a page)")
+    paging = p.add_mutually_exclusive_group()
+    paging.add_argument("--offset", type=_count, default=0, metavar="N", help="skip the first N sessions")
+    paging.add_argument("--cursor", metavar="CURSOR",
+                        help="continue a listing after its last page (the cursor it printed; same --sort and "
+                             "direction)")
     p.add_argument("--alias", metavar="AGENT", help="only sessions attributed to this agent alias")
     p.add_argument("--state", choices=("idle", "running", "error", "none"),
                    help="only sessions in this run state (none: never set)")
+    p.add_argument("--name-prefix", metavar="TEXT", help="only sessions whose name starts with TEXT (case-sensitive)")
+    p.add_argument("--updated-since", type=_when, metavar="TIME",
+                   help="only sessions changed at or after TIME (ISO 8601, e.g. 2026-12-04T09:00Z; local time "
+                        "without an offset)")
+
+
+def _when(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    return value.astimezone() if value.tzinfo is None else value
 
 
 def _show(p: argparse.ArgumentParser) -> None:
@@ -270,6 +293,10 @@ def _export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lenient", action="store_true", help="skip corrupt lines (with a warning) instead of failing")
     p.add_argument("--json", action="store_true",
                    help="the default output, named for uniformity: one JSON message a line (NDJSON); not with --to")
+    p.add_argument("--format", choices=("jsonl", "markdown", "html"), default="jsonl",
+                   help="jsonl (default): the messages as stored; markdown: a readable document (content in "
+                        "fences); html: one self-contained page rendered as the viewer shows it (needs the viewer "
+                        "extra)")
     p.add_argument("--to", choices=("claude-code",), default=None, help="another tool's transcript format")
     p.add_argument("-o", "--output", metavar="FILE", default=None,
                    help="with --to: write FILE atomically instead of stdout (as <session id>.jsonl inside a "
@@ -344,6 +371,26 @@ def _demo(p: argparse.ArgumentParser) -> None:
                    help='the narration on stderr; on stdout {"root", "sessions"} as JSON')
 
 
+def _serve(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store", metavar="STORE", nargs="?", default=None,
+                   help="a JSONL directory, a SQLite file or a PostgreSQL DSN (postgresql://...); default: --root")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="the address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=_count, default=8765, help="the port (default 8765; 0: any free port)")
+    p.add_argument("--from", dest="source", choices=("claude-code", "codex"), default=None,
+                   help="STORE is that tool's session folder (e.g. ~/.claude/projects, ~/.codex/sessions), shown "
+                        "read-only from memory (needs the testing extra too)")
+    p.add_argument("--postgres", action="store_true",
+                   help="STORE is a PostgreSQL DSN in libpq's key=value form (a postgresql:// URL is recognised)")
+    p.add_argument("--schema", default="jsonl_sessions", help="a PostgreSQL store's schema (default jsonl_sessions)")
+    p.add_argument("--open", action="store_true", help="open the address in a web browser")
+    p.add_argument("--get", metavar="PATH", default=None,
+                   help="print the response to GET PATH (e.g. '/session?key=K') without starting a server, and exit")
+    p.add_argument("--json", action="store_true",
+                   help='print the address as JSON {"url", "store"}; with --get: {"path", "status", "content_type", '
+                        '"body"}')
+
+
 @dataclass(frozen=True)
 class Command:
     """One command: its one-line summary, its ``--help`` description, the function that
@@ -362,7 +409,10 @@ TABLE: dict[str, Command] = {
     "ls": Command(
         "list sessions",
         "A table of sessions: key, name, messages, size, last activity (newest change of transcript or "
-        "metadata, local time), state. Reads metadata only.",
+        "metadata, local time), state. Reads metadata only. With --limit N a page of N sessions; when more "
+        "remain, the cursor of the next page is on stderr (with --json: an object holding the sessions and "
+        "the cursor, null after the last page) and --cursor continues from it, stable while sessions are "
+        "added (keyset paging).",
         _ls, cmd_ls),
     "show": Command(
         "print a session's messages",
@@ -407,8 +457,11 @@ TABLE: dict[str, Command] = {
         "store. Quarantine files are kept.",
         _gc, cmd_gc),
     "export": Command(
-        "print a session as JSONL",
-        "The session's messages as JSONL on stdout, one message a line (all fields, as stored). "
+        "print a session as JSONL, Markdown or HTML",
+        "The session's messages as JSONL on stdout, one message a line (all fields, as stored). With "
+        "--format markdown: a document for people (each message under a heading, its content in a fence "
+        "longer than any backtick run in it, tool calls with their results); --format html: one "
+        "self-contained page (no script, nothing fetched), rendered as `serve` shows it. "
         "Refuses a transcript with corrupt lines unless --lenient. With --to claude-code: the session "
         "as a Claude Code transcript that Claude Code and the Claude Agent SDK resume (entries stored "
         "by the Claude adapter or an import as they are; other user/assistant text messages as new "
@@ -463,6 +516,14 @@ TABLE: dict[str, Command] = {
         "crash that tears a write and a corrupt line, shows recovery, verify and repair, and prints "
         "where the files are.",
         _demo, cmd_demo),
+    "serve": Command(
+        "browse the store in a web browser (read-only)",
+        "A local web viewer of the store: the sessions by last activity (filter by name, agent, state), each "
+        "transcript rendered (Markdown, tool calls with their results, compaction summaries, forks), paged as "
+        "you scroll, new messages shown as they are written, and a search across sessions. Read-only: it only "
+        "answers GET and HEAD and never writes to the store. Listens on 127.0.0.1 and prints an address with a "
+        "token for this run; every request needs it. Needs the viewer extra: pip install 'jsonl-sessions[viewer]'.",
+        _serve, cmd_serve),
 }
 
 #: The command names, in the order ``--help`` lists them.

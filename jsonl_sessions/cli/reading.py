@@ -15,42 +15,80 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from .. import records
-from ..errors import MessageNotFoundError, SessionNotFoundError, SessionStoreError
+from ..errors import InvalidArgumentError, MessageNotFoundError, SessionNotFoundError, SessionStoreError
 from ..jsonl.control import read_head
 from ..jsonl.layout import FileState, SessionFiles
 from ..jsonl.store import SessionStore
+from ..listing import Sort
 from ..location import resolve_root
 from ..protocol import SessionBackend
 from ..types import ChatMessage, SessionMetadata, SessionQuery
-from .output import EXIT_FAILURE, EXIT_OK, Printer, clean, err, out, sessions_out
+from .output import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    Printer,
+    UsageError,
+    clean,
+    err,
+    json_out,
+    metadata_json,
+    out,
+    sessions_out,
+)
 from .stores import open_store
 
 # -- ls, show, search -----------------------------------------------------------------------
-SORTS: dict[str, tuple[Callable[[SessionMetadata], Any], bool]] = {
-    "key": (lambda md: md.key, False),
-    "name": (lambda md: (md.name is None, md.name or ""), False),
-    "activity": (lambda md: md.updated_at.timestamp() if md.updated_at else 0.0, True),
-    "created": (lambda md: md.created_at.timestamp() if md.created_at else 0.0, True),
-    "messages": (lambda md: md.message_count, True),
-    "size": (lambda md: md.size_bytes, True),
+#: ``ls --sort``: the store's sorts, and the older names, which list the largest or newest
+#: first (``size`` is sorted here: the store has no such order).
+SORTS: dict[str, tuple[Sort | Literal["size"], bool]] = {
+    "key": ("key", False),
+    "name": ("name", False),
+    "updated_at": ("updated_at", False),
+    "created_at": ("created_at", False),
+    "message_count": ("message_count", False),
+    "activity": ("updated_at", True),
+    "created": ("created_at", True),
+    "messages": ("message_count", True),
+    "size": ("size", True),
 }
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
     store = open_store(args)
-    sessions: list[SessionMetadata] = store.list_sessions_with_metadata()
-    if args.alias is not None:
-        sessions = [md for md in sessions if md.agent_alias == args.alias]
-    if args.state is not None:
-        sessions = [md for md in sessions if (md.state or "none") == args.state]
-    get, descending = SORTS[args.sort]
-    sessions.sort(key=get, reverse=descending != args.reverse)
-    sessions_out(args, sessions, f"no sessions in {resolve_root(args.root)}")
+    sort, descending = SORTS[args.sort]
+    descending = (descending or args.desc) != args.reverse
+    filters: dict[str, Any] = {"agent_alias": args.alias, "name_prefix": args.name_prefix,
+                               "updated_since": args.updated_since,
+                               "state": None if args.state == "none" else args.state}
+    if sort == "size" or args.state == "none":  # not an order or filter of the store: done here
+        if args.cursor is not None:
+            raise UsageError("--cursor does not work with --sort size or --state none")
+        sessions: list[SessionMetadata] = store.list_sessions_with_metadata(
+            sort="key" if sort == "size" else sort, descending=descending, **filters)
+        if args.state == "none":
+            sessions = [md for md in sessions if md.state is None]
+        if sort == "size":
+            sessions.sort(key=lambda md: (md.size_bytes, md.key), reverse=descending)
+        end = None if args.limit is None else args.offset + args.limit
+        listed, cursor = sessions[args.offset:end], None
+    else:
+        try:
+            listed = store.list_sessions_with_metadata(sort=sort, descending=descending, limit=args.limit,
+                                                       offset=args.offset, cursor=args.cursor, **filters)
+        except InvalidArgumentError as exc:
+            raise UsageError(str(exc)) from None
+        cursor = listed.cursor
+    if args.json and args.limit is not None:
+        json_out({"sessions": [metadata_json(md) for md in listed], "cursor": cursor})
+    else:
+        sessions_out(args, listed, f"no sessions in {resolve_root(args.root)}")
+    if cursor is not None and not args.json:
+        err(f"more sessions: add --cursor {cursor} for the next page")
     return EXIT_OK
 
 
@@ -60,47 +98,42 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.limit is not None:
         page = store.page(args.key, limit=args.limit, before=args.before, after=args.after)
         printer(page.messages)
-        if page.has_more and page.messages:
-            edge = page.messages[0].id if args.after is None else page.messages[-1].id
+        edge = page.before if args.after is None else page.after
+        if page.has_more and edge is not None:
             err(f"{'older' if args.after is None else 'newer'} messages remain: add "
-                 f"--{'before' if args.after is None else 'after'} {edge} for the next page")
+                f"--{'before' if args.after is None else 'after'} {edge} for the next page")
         return EXIT_OK
     if args.before is not None:
-        store.page(args.key, limit=1, before=args.before)  # an unknown cursor fails before any output
-    cursor = args.after or ""
-    while True:
-        page = store.page(args.key, limit=PAGE, after=cursor)
-        batch = page.messages
-        if args.before is not None:
-            batch = [m for m in batch if m.id < args.before]
-        printer(batch)
-        if len(batch) < len(page.messages) or not page.has_more:
-            break
-        if not batch[-1].id or batch[-1].id <= cursor:  # lines without ids (written by another tool)
-            printer(store.load(args.key)[printer.count:])
-            break
-        cursor = batch[-1].id
+        # Backwards from the cursor a page at a time (page cursors name a line even where
+        # ids are not in order), printed oldest first.
+        pages: list[list[ChatMessage]] = []
+        cursor: str | None = args.before
+        while cursor is not None:
+            page = store.page(args.key, limit=PAGE, before=cursor)
+            pages.append(page.messages)
+            cursor = page.before if page.has_more else None
+        for batch in reversed(pages):
+            printer(batch)
+    else:
+        printer(_messages(store, args.key, args.after or "", missing_ok=False))
     if not printer.count:
         err(f"no messages in session {args.key!r}" + (" in that range" if args.before or args.after else ""))
     return EXIT_OK
 
 
-def _messages(store: SessionBackend, key: str) -> Iterator[ChatMessage]:
-    """The session's messages, oldest first, a page at a time (memory bounded by a page);
-    nothing when the session is gone."""
-    cursor, count = "", 0
+def _messages(store: SessionBackend, key: str, after: str = "", *, missing_ok: bool = True) -> Iterator[ChatMessage]:
+    """The session's messages after page cursor ``after`` ("": all), oldest first, a page
+    at a time (memory bounded by a page); nothing when the session is gone (``missing_ok``,
+    else its error)."""
+    cursor: str | None = after
     try:
-        while True:
+        while cursor is not None:
             page = store.page(key, limit=PAGE, after=cursor)
             yield from page.messages
-            count += len(page.messages)
-            if not page.has_more or not page.messages:
-                return
-            if not page.messages[-1].id or page.messages[-1].id <= cursor:  # lines without ids (another tool's)
-                yield from store.load(key)[count:]
-                return
-            cursor = page.messages[-1].id
+            cursor = page.after if page.has_more else None
     except (SessionNotFoundError, MessageNotFoundError):  # removed (or rewritten) since the search listed it
+        if not missing_ok:
+            raise
         return
 
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import orjson
 
+from ..corruption import BOM
 from ..errors import InvalidMessageError, SessionExistsError, SessionNotFoundError
 from ..foreign.files import write_jsonl
 from ..foreign.transfer import Imported, export_claude_code, import_claude_code, import_codex, iter_codex_rollouts
-from ..jsonl.lines import BOM
 from ..keys import key_to_stem
 from ..types import ChatMessage
 from .output import EXIT_FAILURE, EXIT_OK, CliError, Printer, UsageError, err, json_out, nl_out, out
@@ -27,6 +27,10 @@ from .stores import open_store
 
 # -- export, import ---------------------------------------------------------------------------
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.format != "jsonl":
+        if args.to is not None or args.output is not None or args.session_id is not None or args.json:
+            raise UsageError(f"--format {args.format} prints to stdout: not with --to, -o, --session-id or --json")
+        return export_readable(args)
     if args.to is not None or args.output is not None or args.session_id is not None:
         if getattr(args, "json", False):
             raise UsageError("--json is the native export (one JSON message a line); --to writes another format")
@@ -36,6 +40,32 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not messages and not store.session_exists(args.key):
         raise SessionNotFoundError(key=args.key)
     Printer(True, 0)(messages)
+    return EXIT_OK
+
+
+def export_readable(args: argparse.Namespace) -> int:
+    """``export KEY --format markdown|html``: the session as a document for people (the
+    viewer's rendering, :mod:`jsonl_sessions.viewer`), UTF-8 on stdout."""
+    from .. import viewer
+
+    if args.format == "html" and viewer.missing():
+        err(f"error: --format html needs {', '.join(viewer.missing())}; {viewer.INSTALL_HINT}")
+        return EXIT_FAILURE
+    store = open_store(args)
+    messages = store.load(args.key) if args.lenient else store.try_load(args.key)
+    meta = store.get_session_metadata(args.key)
+    if meta is None:
+        raise SessionNotFoundError(key=args.key)
+    if args.format == "html":
+        from ..viewer.html_export import to_html
+
+        text = to_html(meta, messages)
+    else:
+        from ..viewer.markdown_export import to_markdown
+
+        text = to_markdown(meta, messages)
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    sys.stdout.flush()
     return EXIT_OK
 
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .. import _platform
-from ..compaction import CompactionReport
+from ..compaction import ORIGINAL_ID, CompactionPlan, CompactionReport
 from ..errors import SessionStoreError
 from ..jsonl.layout import TMP_SUFFIX, SessionFiles, classify
 from ..jsonl.store import SessionStore, compaction_report, prune_report
@@ -247,6 +247,7 @@ def report_json(report: CompactionReport) -> dict[str, Any]:
     return {"key": report.key, "changed": plan.changed, "kept": len(plan.kept),
             "dropped": [{"line": d.line, "offset": d.offset, "reason": d.reason, "corrupt": d.corrupt}
                         for d in plan.dropped],
+            "renumbered": [{"line": d.line, "offset": d.offset, "reason": d.reason} for d in plan.renumbered],
             "torn_bytes": plan.torn, "bom": plan.bom, "recovered": report.recovered,
             "quarantine": report.quarantine, "torn_saved": report.torn_saved}
 
@@ -271,8 +272,8 @@ def run_repair(store: SessionStore, key: str) -> int:
             out(f"  and {len(corrupt) - 20} more")
     duplicates = len(plan.dropped) - len(corrupt)
     if duplicates > 0:
-        out(f"dropped {duplicates} line{'s' if duplicates != 1 else ''} repeating an earlier id "
-            "(the first line with an id is kept)")
+        out(f"dropped {duplicates} exact cop{'ies' if duplicates != 1 else 'y'} of an earlier line")
+    _renumbered(plan)
     if plan.torn:
         out(f"dropped a torn tail of {plan.torn} bytes (a last line without its newline: an append that never "
             "completed, or a line cut short)")
@@ -285,20 +286,33 @@ def run_repair(store: SessionStore, key: str) -> int:
     return EXIT_OK
 
 
+def _renumbered(plan: CompactionPlan) -> None:
+    """Print the lines a repair kept under a new id."""
+    moved = plan.renumbered
+    if moved:
+        out(f"gave {len(moved)} line{'s' if len(moved) != 1 else ''} a new id (a repeated or out-of-order id; "
+            f"the old one is kept in the field {ORIGINAL_ID!r}):")
+        for line in moved[:20]:
+            out(f"  line {line.line}, byte offset {line.offset}: {clean(line.reason, one_line=True)}")
+        if len(moved) > 20:
+            out(f"  and {len(moved) - 20} more")
+
+
 # -- repair on a SQLite store ---------------------------------------------------------------
 def run_sqlite_repair(store: SqliteSessionStore, key: str) -> int:
     """``repair KEY`` on a SQLite store: ``compact(key, repair=True)`` with its report."""
     report = store.compaction_report(key, repair=True)
     plan = report.plan
-    if not plan.dropped:
+    if not plan.dropped and not plan.renumbered:
         out(f"session {key!r} needs no repair: {len(plan.kept)} messages, nothing changed")
         return EXIT_OK
     out(f"repaired session {key!r}: kept {len(plan.kept)} messages, set aside {report.dropped} row"
-        f"{'s' if report.dropped != 1 else ''} (corrupt, or repeating an earlier id)")
+        f"{'s' if report.dropped != 1 else ''} (corrupt, or an exact copy of an earlier one)")
     for bad in plan.dropped[:20]:
         out(f"  line {bad.line}, byte offset {bad.offset}: {clean(bad.reason, one_line=True)}: {short(bad.text, 60)}")
     if len(plan.dropped) > 20:
         out(f"  and {len(plan.dropped) - 20} more")
+    _renumbered(plan)
     if report.quarantine is not None:
         out(f"every original row is saved in {report.quarantine} (SELECT * FROM quarantine WHERE session_key = ...)")
     return EXIT_OK

@@ -49,9 +49,9 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .. import _platform, codec, sidecar
+from .. import _platform, codec, ids, sidecar
 from ..errors import InvalidMessageError, LockTimeoutError, SessionStoreError
-from ..ids import assign_ids, next_id
+from ..ids import assign_ids, is_ulid, next_id
 from ..types import ChatMessage
 from .control import AppendBatch
 from .guard import REGISTRY, GuardBusy, GuardClosed, SessionGuard, TranscriptView
@@ -244,9 +244,12 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
                 previous = last or (codec.prefix_id(tail.last_line) if tail.last_line is not None else None) \
                     or last_id(fd, tail)
                 new_id = next_id(previous, now)
-                if new_id is None:
-                    assign_ids(key, msgs, previous, now)  # raises the error of "no id fits"
-                    raise AssertionError("unreachable")
+                if new_id is None:  # the last id is not a ULID (an earlier version's): after the newest ULID
+                    previous = newest_ulid(fd, tail)
+                    new_id = next_id(previous, now)
+                    if new_id is None:
+                        assign_ids(key, msgs, previous, now)  # raises the error of "no id fits"
+                        raise AssertionError("unreachable")
                 created = fields.get("created_at")
                 data = codec.encode_record(codec.record_of(m, new_id, now if created is None else created), key)
                 if len(data) > root.max_message_bytes:
@@ -254,12 +257,12 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
                                               f"over max_message_bytes={root.max_message_bytes}")
                 new_ids = [new_id]
             else:
-                records = assign_ids(key, msgs, last or last_id(fd, tail), now,
+                records = assign_ids(key, msgs, last or newest_ulid(fd, tail), now,
                                      lambda mid: has_id(fd, tail.size, mid))
                 new_ids = [r["id"] for r in records]
                 data = b"".join(encode_lines(root, key, records))
         else:
-            lines = _encode_group(root, key, group, last or last_id(fd, tail), now,
+            lines = _encode_group(root, key, group, last or newest_ulid(fd, tail), now,
                                   lambda mid: has_id(fd, tail.size, mid))
             new_ids = [p.id for p in group if p.error is None]
             data = b"".join(lines)
@@ -505,20 +508,34 @@ def last_id(fd: int, tail: Tail) -> str | None:
     return next(_ids_backward(fd, tail.size), "") or None
 
 
+def newest_ulid(fd: int, tail: Tail) -> str | None:
+    """The newest ULID of the transcript (:func:`jsonl_sessions.ids.newest_ulid`): the last
+    line's id, normally (O(1)); lines whose id is not a ULID are passed over."""
+    if tail.last_line is not None:
+        try:
+            found = codec.id_of_line(tail.last_line)
+        except ValueError:
+            found = ""
+        if is_ulid(found):
+            return found
+    return ids.newest_ulid(_ids_backward(fd, tail.size))
+
+
 def previous_id(fd: int, tail: Tail) -> str | None:
-    """The id of the newest parseable line before the last one."""
-    return next(_ids_backward(fd, tail.size, skip=1), "") or None
+    """The newest ULID before the last line (lines whose id is not a ULID passed over)."""
+    return ids.newest_ulid(_ids_backward(fd, tail.size, skip=1))
 
 
 def has_id(fd: int, size: int, message_id: str) -> bool:
-    """Whether ``message_id`` is in the first ``size`` bytes (the backward scan stops at the
-    first smaller id: ids increase)."""
+    """Whether ``message_id`` (a ULID) is in the first ``size`` bytes (the backward scan
+    stops at the first smaller ULID: they increase)."""
     for found in _ids_backward(fd, size):
         if found == message_id:
             return True
-        if found < message_id:
+        if found < message_id and is_ulid(found):
             return False
     return False
 
 
-__all__ = ["Pending", "append", "append_many", "encode_lines", "has_id", "last_id", "new_meta", "previous_id"]
+__all__ = ["Pending", "append", "append_many", "encode_lines", "has_id", "last_id", "new_meta", "newest_ulid",
+           "previous_id"]

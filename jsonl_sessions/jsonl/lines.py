@@ -4,8 +4,9 @@ backwards in blocks, the tail, counting newlines, and finding a line by id.
 Rules (docs/format.md): a line ends with ``\\n``; a final fragment without one is a *torn
 tail* (an unfinished write, never a line); a UTF-8 byte-order mark at offset 0 is
 skipped (offsets still count it). Every line the store writes starts with
-``{"id":"<id>"`` and ids strictly increase down the file, so a line's id is read off
-its first bytes (:func:`jsonl_sessions.codec.prefix_id`) and the file is sorted by id.
+``{"id":"<id>"`` and its ULIDs strictly increase down the file, so a line's id is read
+off its first bytes (:func:`jsonl_sessions.codec.prefix_id`) and the file is sorted by
+id (ids that are not ULIDs, left by an earlier version or another tool, are passed over).
 Everything here reads through ``_platform.pread`` on a descriptor the caller owns.
 """
 
@@ -15,8 +16,9 @@ from collections.abc import Iterator
 from typing import Literal, NamedTuple
 
 from .. import _platform, codec
+from ..corruption import BOM
+from ..ids import is_ulid
 
-BOM = b"\xef\xbb\xbf"
 #: Bytes of the first read at the end of a file (most lines are shorter).
 FIRST_BLOCK = 4096
 #: Block of line-by-line reads.
@@ -254,9 +256,13 @@ def find_line(fd: int, size: int, message_id: str) -> tuple[int, int, bytes] | N
     """``(start, end, line)`` of the complete line with id ``message_id`` (``end`` just past
     its newline) in the first ``size`` bytes; None when there is none.
 
-    Binary search over byte offsets: ids strictly increase down the file, and a probe
+    Binary search over byte offsets: ULIDs strictly increase down the file, and a probe
     reads one block at the middle offset, takes the next line start and reads its id
-    off the line's prefix; lines whose id cannot be read (corrupt) are stepped over. The
+    off the line's prefix; lines whose id cannot be read (corrupt) or is not a ULID (an
+    earlier version's) are stepped over. An id that is not a ULID is looked for by
+    reading every line (O(size)). In a damaged transcript (a repeated or out-of-order
+    line: strict reads refuse it) the search may land on either copy of a repeated id,
+    or miss a line that is out of order. The
     last line is looked at first, so the newest id (a common cursor) and ids newer than
     it cost one read. Cost: O(log(size / SCAN_BYTES)) probes of ~PROBE_BYTES (more where
     a probe lands in a long line), then one scan of at most SCAN_BYTES plus a line.
@@ -264,15 +270,18 @@ def find_line(fd: int, size: int, message_id: str) -> tuple[int, int, bytes] | N
     sessions written over hours, none on batch-written ones; not worth its complexity.)"""
     if not isinstance(message_id, str):
         return None
+    if not is_ulid(message_id):
+        return _scan_all(fd, size, message_id)
     lo, hi = 0, size  # the line, if present, starts in [lo, hi)
     if size > SCAN_BYTES:
         tail = read_tail(fd, size)
         if tail.last_line is not None:
             try:
-                last = codec.id_of_line(tail.last_line)
+                last: str | None = codec.id_of_line(tail.last_line)
             except ValueError:
                 last = None
-            if last is not None:
+            if is_ulid(last):
+                assert last is not None
                 if last < message_id:
                     return None
                 if last == message_id:
@@ -284,9 +293,10 @@ def find_line(fd: int, size: int, message_id: str) -> tuple[int, int, bytes] | N
         found = None
         while start < hi:
             found = _id_at(fd, start, head, size)
-            if found is not None:
+            if is_ulid(found):
                 break
-            start, head = _first_line_start(fd, start + 1, hi)  # step over a corrupt line
+            found = None
+            start, head = _first_line_start(fd, start + 1, hi)  # step over a corrupt line, or a foreign id
         if found is None or found > message_id:
             hi = mid  # every readable line starting at >= mid sorts after the id
         elif found < message_id:
@@ -318,8 +328,21 @@ def _scan(fd: int, lo: int, hi: int, size: int, message_id: str) -> tuple[int, i
             continue
         if found == message_id:
             return start, start + len(line) + 1, line
-        if found > message_id:
+        if found > message_id and is_ulid(found):
             return None
+    return None
+
+
+def _scan_all(fd: int, size: int, message_id: str) -> tuple[int, int, bytes] | None:
+    """:func:`find_line` of an id that is not a ULID (only an earlier version or another
+    tool wrote those: they are not in order), by reading every line: the first with that
+    id. O(size)."""
+    for start, line in iter_lines_forward(fd, 0, size):
+        try:
+            if codec.id_of_line(line) == message_id:
+                return start, start + len(line) + 1, line
+        except ValueError:
+            continue
     return None
 
 
@@ -408,6 +431,20 @@ def copy_chunks(fd: int, end: int) -> Iterator[bytes]:
             raise OSError(f"transcript ended at byte {pos} while copying {end} bytes")
         yield chunk
         pos += len(chunk)
+
+
+def line_starting_at(fd: int, start: int, size: int) -> bytes | None:
+    """The complete line that starts at offset ``start`` (without its newline) in the first
+    ``size`` bytes; None when no line starts there (mid-line, past the end, a torn tail).
+    Cost: O(the line)."""
+    if not 0 <= start < size:
+        return None
+    if start > 0 and not starts_file(fd, start) and _platform.pread(fd, 1, start - 1) != b"\n":
+        return None
+    line = _line_at(fd, start, _platform.pread(fd, min(PROBE_BYTES, size - start), start), size)
+    if line is not None and start == 0 and line.startswith(BOM):
+        return None  # the first line starts after the mark
+    return line
 
 
 def starts_file(fd: int, start: int) -> bool:

@@ -23,10 +23,11 @@ from typing import Any, NamedTuple
 
 from .. import _platform, sidecar
 from ..errors import CorruptMetadataError, SessionStoreError
-from ..types import SessionMetadata
+from ..listing import Listing, Value, follows, keeps, page_at, select
+from ..types import SessionList, SessionMetadata
 from . import control
 from .control import peek_count, read_head
-from .layout import SessionFiles, read_sidecar, scan
+from .layout import SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, SessionFiles, read_sidecar, scan
 from .session import Session
 from .txn import Root, mutate
 
@@ -176,6 +177,86 @@ def where(root: Root, keep: Callable[[Look], bool]) -> list[SessionMetadata]:
             if md is not None:
                 out.append(md)
     return out
+
+
+def listing(root: Root, spec: Listing) -> SessionList:
+    """A page of ``list_sessions_with_metadata``: what :func:`jsonl_sessions.listing.select`
+    returns over :func:`where`, reading less. A sort by name, creation time or message
+    count needs every session's sidecar or count: that is the full listing, sorted. By key
+    or by ``updated_at``, the order comes from the directory scan (keys) and, for
+    ``updated_at`` (or an ``updated_since`` filter), the ``lstat`` of each session's
+    transcript and sidecar (its activity); then sessions are looked at in that order,
+    each filtered on its metadata, until the page and one more are found. So a page of a
+    sidebar (``sort="updated_at", limit=50``) costs two ``lstat`` a session plus the
+    full look at about 51 of them, instead of eight system calls a session.
+
+    The page is ordered by the values read before its sessions were looked at, and the
+    next cursor names that position: a session written during the call shows its newer
+    metadata where its older activity placed it."""
+    if spec.sort not in ("key", "updated_at"):
+        return select(spec, where(root, _anything))
+    entries, controls = scan(root.path)
+    prefix = os.path.join(root.path, "")
+    timed = spec.sort == "updated_at" or spec.updated_since is not None
+    order: list[tuple[Value, str, str]] = []
+    for key, stem in entries:
+        if timed:
+            activity = _activity(prefix + stem)
+            if activity is None or (spec.updated_since is not None and activity < spec.updated_since):
+                continue
+            value: Value = activity if spec.sort == "updated_at" else key
+        else:
+            value = key
+        if spec.after is None or follows(value, key, spec.after, spec.descending):
+            order.append((value, key, stem))
+    if spec.sort == "updated_at":
+        order.sort(reverse=spec.descending)
+    elif spec.descending:
+        order.reverse()
+    want = None if spec.limit is None else spec.offset + spec.limit + 1
+
+    def looked() -> Iterator[tuple[SessionMetadata, Value]]:
+        found = 0
+        for value, key, stem in order:
+            if want is not None and found >= want:
+                return
+            files = SessionFiles.in_dir(prefix, root.path, key, stem)
+            try:
+                seen = look(files, control_seen=stem in controls)
+            except OSError as exc:
+                log.warning("cannot look at session %r: %s", key, exc)
+                continue
+            if seen is None:
+                continue
+            if seen.error is not None:
+                log.warning("cannot read the sidecar of session %r: %s", key, seen.error)
+            md = listed(root, files, seen)
+            if md is not None and keeps(spec, md):
+                found += 1
+                yield md, value
+
+    return page_at(spec, looked())
+
+
+def _activity(path: str) -> int | None:
+    """The activity of the session whose files start with ``path`` (the root and stem), in
+    microseconds, from an ``lstat`` of its transcript and sidecar; None when it has no
+    regular transcript (it vanished, or a look would skip it)."""
+    try:
+        st = _platform.lstat(path + TRANSCRIPT_SUFFIX)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    try:
+        side = _platform.lstat(path + SIDECAR_SUFFIX).st_mtime_ns
+    except OSError:
+        side = 0
+    return max(st.st_mtime_ns, side) // 1000
+
+
+def _anything(_look: Look) -> bool:
+    return True
 
 
 def set_field(root: Root, files: SessionFiles, name: str, value: object) -> None:

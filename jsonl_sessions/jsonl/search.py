@@ -15,12 +15,13 @@ from collections.abc import Iterator
 
 from .. import _platform, records
 from ..base import search_order, search_results
+from ..corruption import BOM
 from ..errors import SessionStoreError
 from ..finding import Collector, MessageSearch
 from ..types import SessionMetadata
 from . import control
 from .layout import SessionFiles
-from .lines import BOM, CHUNK_BYTES, iter_blocks
+from .lines import CHUNK_BYTES, iter_blocks
 from .metadata import listed, looks
 from .txn import Root
 

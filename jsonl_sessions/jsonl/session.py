@@ -15,7 +15,7 @@ Two ways in, and nothing else touches the files:
   holding the session's guard; each is a few :class:`~jsonl_sessions.jsonl.txn.Tx`
   primitives, each all-or-nothing on disk.
 
-What makes the reads cheap is the format: ids strictly increase down the transcript and
+What makes the reads cheap is the format: ULIDs strictly increase down the transcript and
 every line starts with its id, so a message is found by binary search over byte offsets
 (:func:`~jsonl_sessions.jsonl.lines.find_line`), and a window or page near the end is found
 by counting newlines backwards. No index file exists to go stale.
@@ -33,6 +33,7 @@ from typing import Any
 
 from .. import _platform, codec, sidecar
 from ..arguments import check_page_arguments, check_window
+from ..corruption import BOM, BOM_INSIDE, BadLine
 from ..errors import (
     CorruptTranscriptError,
     MessageNotFoundError,
@@ -41,7 +42,7 @@ from ..errors import (
     UnsafePathError,
 )
 from ..ids import assign_ids, replacement_record
-from ..pagination import TURN_SEARCH_LINES, Lines, Reading, page_back, page_forward
+from ..pagination import TURN_SEARCH_LINES, Cursor, Lines, Reading, page_back, page_forward
 from ..records import calls, decode_or_none
 from ..types import ChatMessage, Page
 from . import append as appending
@@ -49,18 +50,18 @@ from . import control
 from .append import has_id, last_id, new_meta, previous_id
 from .layout import FileState, SessionFiles
 from .lines import (
-    BOM,
     copy_chunks,
     find_line,
     iter_lines_backward,
     iter_lines_forward,
     line_number_of,
+    line_starting_at,
     read_tail,
     skip_backward,
     skip_forward,
     starts_file,
 )
-from .transcript import BOM_INSIDE, BadLine, parse, parse_file, warn_bad
+from .transcript import parse, parse_file, warn_bad
 from .txn import Root, Tx, mutate
 
 log = logging.getLogger("jsonl_sessions")
@@ -401,24 +402,43 @@ class Session:
             bad.append(BadLine(first_line + lines_before + b.line, begin + skip + b.offset, b.reason))
         return parsed.messages
 
+    def _find_cursor(self, fd: int, size: int, cursor: str) -> tuple[int, int]:
+        """``(start, end)`` of the line a page cursor names (see :func:`_cursor`):
+        ``<id>@<offset>`` when the line at that offset still has that id, else the line
+        with that id (a cursor from before a rewrite: its id). MessageNotFoundError when none."""
+        message_id, mark, at = cursor.rpartition(CURSOR_MARK)
+        if mark and at.isascii() and at.isdigit():
+            start = int(at)
+            line = line_starting_at(fd, start, size)
+            if line is not None:
+                try:
+                    if codec.id_of_line(line) == message_id:
+                        return start, start + len(line) + 1
+                except ValueError:
+                    pass
+        found = find_line(fd, size, cursor)
+        if found is None and mark and message_id:
+            found = find_line(fd, size, message_id)
+        if found is None:
+            raise MessageNotFoundError(key=self.files.key, message_id=cursor)
+        return found[0], found[1]
+
     def _page_backward(self, fd: int, size: int, limit: int, before: str | None, reading: Reading,
                        breakpoint: bool, whole_turns: bool) -> Page:
         if before is None:
             end = size
             newer = False
         else:
-            found = find_line(fd, size, before)
-            if found is None:
-                raise MessageNotFoundError(key=self.files.key, message_id=before)
-            end = found[0]
+            end = self._find_cursor(fd, size, before)[0]
             newer = True
         if reading.ts_before is None:
-            bulk = self._page_back_in_bulk(fd, end, limit, newer, breakpoint, whole_turns)
+            bulk = self._page_back_in_bulk(fd, size, end, limit, newer, breakpoint, whole_turns)
             if bulk is not None:
                 return bulk
-        return page_back(Lines(_backward(fd, end)), reading, limit, breakpoint, whole_turns, newer)
+        return page_back(Lines(_backward(fd, end)), reading, limit, breakpoint, whole_turns, newer,
+                         _cursor(fd, size))
 
-    def _page_back_in_bulk(self, fd: int, end: int, limit: int, newer: bool, breakpoint: bool,
+    def _page_back_in_bulk(self, fd: int, size: int, end: int, limit: int, newer: bool, breakpoint: bool,
                            whole_turns: bool) -> Page | None:
         """The usual backward page (no filter) the fast way: find the start of the
         ``limit + 1`` lines before ``end`` by counting newlines, read them with one pread
@@ -446,20 +466,39 @@ class Session:
                     break
         if whole_turns and isinstance(page[0].extra.get("tool_call_id"), str):
             return None
-        return Page(page, older, page[0].id if older else None, page[-1].id if newer else None)
+        cursor = _cursor(fd, size)
+        first = at = 3 if start == 0 and data.startswith(BOM) else 0
+        for _ in range(len(messages) - len(page)):  # to page[0]'s line (every line read is a message)
+            at = data.index(b"\n", at) + 1
+        last = data.rfind(b"\n", 0, len(data) - 1) + 1 or first
+        return Page(page, older, cursor(start + at, page[0].id) if older else None,
+                    cursor(start + last, page[-1].id) if newer else None)
 
     def _page_forward(self, fd: int, size: int, limit: int, after: str, reading: Reading, breakpoint: bool,
                       whole_turns: bool) -> Page:
-        if after == "":
-            pos = 0
-        else:
-            found = find_line(fd, size, after)
-            if found is None:
-                raise MessageNotFoundError(key=self.files.key, message_id=after)
-            pos = found[1]
+        pos = 0 if after == "" else self._find_cursor(fd, size, after)[1]
         return page_forward(Lines(iter_lines_forward(fd, pos, size)), reading, limit, breakpoint, whole_turns,
                             lambda start, tool_call_id: _call_before(fd, start, tool_call_id),
-                            lambda start: starts_file(fd, start))
+                            lambda start: starts_file(fd, start), _cursor(fd, size))
+
+
+#: Separates a page cursor's id from the offset of its line (see :func:`_cursor`).
+CURSOR_MARK = "@"
+
+
+def _cursor(fd: int, size: int) -> Cursor:
+    """The page cursors of the transcript open as ``fd``: a message's id when the id names
+    that line (:func:`find_line` finds it there: always, unless the transcript repeats the
+    id or holds it out of order), else ``<id>@<byte offset of the line>``, which names the
+    line whatever its id. Cost: one :func:`find_line` (O(log n)) per cursor."""
+    def cursor(start: int, message_id: str) -> str:
+        if message_id and CURSOR_MARK not in message_id:
+            found = find_line(fd, size, message_id)
+            if found is not None and found[0] == start:
+                return message_id
+        return f"{message_id}{CURSOR_MARK}{start}"
+
+    return cursor
 
 
 def _backward(fd: int, end: int) -> Iterator[tuple[int, bytes]]:

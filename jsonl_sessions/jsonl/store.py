@@ -38,11 +38,13 @@ from .. import _platform
 from ..base import DEFAULT_MAX_MESSAGE_BYTES, BaseStore, Keep
 from ..compaction import CompactionReport
 from ..finding import Collector, MessageSearch
+from ..listing import Listing
 from ..types import (
     ChatMessage,
     Durability,
     MessageLike,
     Page,
+    SessionList,
     SessionMetadata,
     as_message,
 )
@@ -275,6 +277,9 @@ class SessionStore(BaseStore):
 
     def _where(self, keep: Keep) -> list[SessionMetadata]:
         return metadata.where(self._root, lambda look: keep(look.meta))
+
+    def _list(self, listing: Listing) -> SessionList:
+        return metadata.listing(self._root, listing)
 
     def _count_where(self, keep: Keep) -> int:  # no message count read
         return sum(1 for _files, look in metadata.looks(self._root) if keep(look.meta))

@@ -8,7 +8,10 @@ Rules (see docs/format.md):
 - every complete line must decode to a message record; one that does not is
   *corruption*, reported with its 1-based line number and byte offset;
 - a UTF-8 byte-order mark at offset 0 is tolerated (editors add it) and skipped;
-- an empty file is a session with no messages.
+- an empty file is a session with no messages;
+- a strict read also refuses a line that repeats an earlier line's id, or whose ULID does
+  not sort after the previous ULID (:func:`jsonl_sessions.ids.first_disorder`: a copied
+  or out-of-order line); a lenient read keeps every such line, in file order.
 """
 
 from __future__ import annotations
@@ -17,44 +20,20 @@ import contextlib
 import gc
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from io import BytesIO
+from itertools import islice
 from typing import Any
 
 from ..codec import JSONDecodeError, all_complete, decode_record, loads
-from ..errors import CorruptTranscriptError
+from ..corruption import BOM, BadLine
+from ..ids import first_disorder
 from ..types import ChatMessage, from_record
-from .lines import BOM, CHUNK_BYTES, iter_blocks
+from .lines import CHUNK_BYTES, iter_blocks, iter_lines_forward
 
 log = logging.getLogger("jsonl_sessions")
 
-
-
-#: Why a line that starts with a byte-order mark anywhere but at offset 0 is corrupt.
-BOM_INSIDE = "a byte-order mark inside the file"
-
-
-@dataclass(frozen=True, slots=True)
-class BadLine:
-    """A corrupt line: a complete line (it ends with a newline) that does not decode to a
-    message record. Its 1-based ``line`` number and byte ``offset`` in the transcript, and
-    why (``reason``). The one description of corruption in the JSONL backend: lenient
-    reads list these (logged by :func:`warn_bad`), strict ones raise :meth:`error`, and
-    compaction drops them (:func:`jsonl_sessions.compaction.plan_lines`)."""
-
-    line: int
-    offset: int
-    reason: str
-
-    @classmethod
-    def of(cls, line: int, offset: int, exc: BaseException) -> BadLine:
-        """The corrupt line at ``line`` / ``offset`` whose decoding raised ``exc``."""
-        return cls(line, offset, str(exc) or type(exc).__name__)
-
-    def error(self, key: str | None, path: str | None) -> CorruptTranscriptError:
-        """The error a strict read raises for this line of session ``key``'s transcript ``path``."""
-        return CorruptTranscriptError(key=key, path=path, line=self.line, offset=self.offset, reason=self.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,20 +47,50 @@ class Parsed:
 def parse(data: bytes, *, strict: bool, key: str | None = None, path: str | None = None) -> Parsed:
     """Every message in ``data``, oldest first. Cost: O(len(data)).
 
-    ``strict``: the first corrupt line raises :class:`CorruptTranscriptError`;
-    otherwise corrupt lines are skipped and listed in ``Parsed.bad``.
+    ``strict``: the first corrupt line raises :class:`CorruptTranscriptError`, and so
+    does the first line that repeats an id or holds a ULID out of order
+    (:func:`jsonl_sessions.ids.first_disorder`; one pass of comparisons when the ids
+    increase); otherwise corrupt lines are skipped and listed in ``Parsed.bad``, and
+    every other line is returned, in file order.
     """
     committed = data.rfind(b"\n") + 1
     torn = len(data) - committed
     if committed == 0:
         return Parsed([], [], committed, torn)
+    parsed = None
     if not data.startswith(BOM):
         body = BytesIO(data[:committed] if torn else data)
         with _gc_paused(committed):
             records = _fast_records(body)
             if records is not None:
-                return Parsed(list(map(from_record, records)), [], committed, torn)
-    return _parse_slowly(data, committed, torn, strict=strict, key=key, path=path)
+                parsed = Parsed(list(map(from_record, records)), [], committed, torn)
+    if parsed is None:
+        messages: list[ChatMessage] = []
+        bad: list[BadLine] = []
+        _parse_block(data[:committed] if torn else data, 0, 1, messages, bad, strict=strict, key=key, path=path)
+        parsed = Parsed(messages, bad, committed, torn)
+    if strict:
+        _check_order(parsed.messages, lambda index: _line_start(data, index), key, path)
+    return parsed
+
+
+def _line_start(data: bytes, index: int) -> int:
+    """The offset of line ``index`` (0-based) of transcript bytes ``data``. O(offset)."""
+    at = 3 if data.startswith(BOM) else 0
+    for _ in range(index):
+        at = data.index(b"\n", at) + 1
+    return at
+
+
+def _check_order(messages: list[ChatMessage], start_of: Callable[[int], int], key: str | None,
+                 path: str | None) -> None:
+    """Raise :class:`CorruptTranscriptError` (line and offset: ``start_of(index)``) at the
+    first line whose id breaks the id rules (:func:`jsonl_sessions.ids.first_disorder`).
+    Every line is a message here (a strict read raised at any other)."""
+    found = first_disorder([m.id for m in messages])
+    if found is not None:
+        index, reason = found
+        raise BadLine(index + 1, start_of(index), reason).error(key, path)
 
 
 def parse_file(fd: int, size: int, *, strict: bool, key: str | None = None, path: str | None = None,
@@ -99,6 +108,8 @@ def parse_file(fd: int, size: int, *, strict: bool, key: str | None = None, path
         for start, chunk in iter_blocks(fd, 0, size, block):
             number = _parse_block(chunk, start, number, messages, bad, strict=strict, key=key, path=path)
             committed = start + len(chunk)
+    if strict:
+        _check_order(messages, lambda index: next(islice(iter_lines_forward(fd, 0, size), index, None))[0], key, path)
     return Parsed(messages, bad, committed, size - committed)
 
 
@@ -128,26 +139,6 @@ def _parse_block(block: bytes, base: int, number: int, messages: list[ChatMessag
         offset += len(line) + 1
         number += 1
     return number
-
-
-def _parse_slowly(data: bytes, committed: int, torn: int, *, strict: bool, key: str | None, path: str | None) -> Parsed:
-    """Line by line with offsets, to name each corrupt line (and to skip a BOM)."""
-    start = 3 if data.startswith(BOM) else 0
-    messages: list[ChatMessage] = []
-    bad: list[BadLine] = []
-    offset = start
-    if committed <= start:
-        return Parsed(messages, bad, committed, torn)
-    for number, line in enumerate(data[start : committed - 1].split(b"\n"), 1):
-        try:
-            messages.append(from_record(decode_record(line)))
-        except (JSONDecodeError, ValueError) as exc:
-            corrupt = BadLine.of(number, offset, exc)
-            if strict:
-                raise corrupt.error(key, path) from None
-            bad.append(corrupt)
-        offset += len(line) + 1
-    return Parsed(messages, bad, committed, torn)
 
 
 def _fast_records(lines: Iterable[bytes]) -> list[dict[str, Any]] | None:

@@ -40,6 +40,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .. import _platform, sidecar
+from ..corruption import BOM
 from ..types import Durability
 from . import quarantine
 from ._atomic import atomic_write, unlink_quietly, write_temp
@@ -57,7 +58,7 @@ from .control import (
 )
 from .guard import REGISTRY, SessionGuard, TranscriptView
 from .layout import FileState, SessionFiles
-from .lines import BOM, Tail, read_tail
+from .lines import Tail, read_tail
 
 log = logging.getLogger("jsonl_sessions")
 _MAX_CACHED_FILES = 4096

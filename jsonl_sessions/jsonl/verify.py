@@ -41,13 +41,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _platform, codec, sidecar
+from ..corruption import BOM, BadLine
 from ..errors import CorruptControlError, CorruptMetadataError, SessionStoreError
+from ..ids import IdOrder
 from ..keys import is_hashed, key_to_stem, stem_to_key
 from ..verification import Finding, VerifyReport, wanted_keys
 from .control import RECORD_OFFSET, parse_record, read_head
 from .layout import LOCK_SUFFIX, SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, FileState, classify, key_of_stem, read_sidecar
-from .lines import BOM, iter_lines_forward
-from .transcript import BadLine
+from .lines import iter_lines_forward
 
 BLOCK = 1 << 20
 #: At most this many findings of one kind are listed per file; the rest are counted.
@@ -360,7 +361,7 @@ def _scan(path: str, name: str, key: str | None) -> _Scan:
         st = _platform.fstat(fd)
         scan = _Scan(FileState.of(st))
         bad = disorder = 0
-        prev_id: str | None = None
+        order = IdOrder()
         for number, (offset, line) in enumerate(_lines(fd, st.st_size, scan), 1):
             scan.messages += 1  # a corrupt line too: it holds a position, as get_message_count counts it
             try:
@@ -372,15 +373,11 @@ def _scan(path: str, name: str, key: str | None) -> _Scan:
                     scan.findings.append(_f("corrupt-line", name, f"byte offset {offset}: {corrupt.reason}",
                                             key, number, offset))
                 continue
-            mid = record.get("id") or ""
-            if mid:
-                if prev_id is not None and mid <= prev_id:
-                    disorder += 1
-                    if disorder <= MAX_PER_FILE:
-                        how = "repeats" if mid == prev_id else "is below"
-                        scan.findings.append(_f("id-order", name, f"byte offset {offset}: id {mid!r} {how} "
-                                                f"the previous id {prev_id!r}", key, number, offset))
-                prev_id = mid
+            why = order.check(record.get("id") or "")
+            if why is not None:
+                disorder += 1
+                if disorder <= MAX_PER_FILE:
+                    scan.findings.append(_f("id-order", name, f"byte offset {offset}: {why}", key, number, offset))
         if bad > MAX_PER_FILE:
             scan.findings.append(_f("corrupt-line", name, f"and {bad - MAX_PER_FILE} more corrupt lines", key))
         if disorder > MAX_PER_FILE:

@@ -23,6 +23,7 @@ from ..base import DEFAULT_MAX_MESSAGE_BYTES
 from ..dbfront import DatabaseFront
 from ..ids import assign_ids, replacement_record
 from ..keys import validate_key
+from ..listing import Listing
 from ..types import ChatMessage, Durability
 from .db import Conn, Database, bigint_array, lit, quoted, text_array
 from .schema import SCHEMA_VERSION, current_version, upgrade
@@ -146,6 +147,28 @@ class PostgresCore(DatabaseFront):
         return self._db.guard(key)
 
     # -- rows ------------------------------------------------------------------------------
+    # -- listing ---------------------------------------------------------------------------
+    _LIST_KEY = 'key COLLATE "C"'  # code point order, as Python's str (the default collation may not be)
+    _MARK = "%s"
+
+    @property
+    def _sessions_table(self) -> str:
+        return f"{self._s}.sessions"
+
+    def _row(self, key: str, columns: Sequence[Any]) -> SessionRow:
+        return SessionRow(key, columns)
+
+    def _list_filters(self, listing: Listing) -> tuple[list[str], list[Any]]:
+        # agent_alias and state are columns every writer copies from the metadata object
+        where, args = super()._list_filters(listing)
+        if listing.agent_alias is not None:
+            where.append("agent_alias = %s")
+            args.append(nul_free(listing.agent_alias))
+        if listing.state is not None:
+            where.append("state = %s")
+            args.append(listing.state)
+        return where, args
+
     def _read(self, fn: Callable[[Conn], _T]) -> _T:
         return self._db.read(fn)
 
@@ -177,9 +200,12 @@ class PostgresCore(DatabaseFront):
         return int(row[0]) if row else 0
 
     def _last_id(self, c: Conn, sid: int, before: int | None = None) -> str | None:
-        """The id of the newest row (before position ``before``) that has one. O(log n)."""
-        row = c.execute(f"SELECT id FROM {self._s}.messages WHERE session = %s AND seq < %s AND id IS NOT NULL "
-                        "ORDER BY seq DESC LIMIT 1", (sid, _INT64 - 1 if before is None else before)).fetchone()
+        """The newest ULID of the session (of the rows before position ``before``), the id
+        new ids are made after (None: none); ids that are not ULIDs are passed over. O(log n)
+        (plus the rows passed over)."""
+        row = c.execute(f"SELECT id FROM {self._s}.messages WHERE session = %s AND seq < %s AND id ~ %s "
+                        "ORDER BY seq DESC LIMIT 1", (sid, _INT64 - 1 if before is None else before,
+                                                      rows.ULID_REGEX)).fetchone()
         return None if row is None else nul_back(row[0])
 
     def _has_id(self, c: Conn, sid: int, message_id: str) -> bool:
@@ -266,7 +292,7 @@ class PostgresCore(DatabaseFront):
         # clock), so they strictly increase whatever machine appends.
         s = self._s
         first = (f"SELECT x.id, x.message_count, x.size_bytes, (SELECT m.id FROM {s}.messages m WHERE m.session = x.id "
-                 f"AND m.id IS NOT NULL ORDER BY m.seq DESC LIMIT 1) FROM {s}.sessions x WHERE x.key = {lit(key)} "
+                 f"AND m.id ~ {lit(rows.ULID_REGEX)} ORDER BY m.seq DESC LIMIT 1) FROM {s}.sessions x WHERE x.key = {lit(key)} "
                  "FOR UPDATE OF x")
 
         def write(c: Conn, row: Any) -> tuple[list[dict[str, Any]], str]:

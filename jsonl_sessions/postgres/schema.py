@@ -21,6 +21,8 @@ details:
   length; a lookup by id also compares the id itself).
 - ``quarantine(repair, session_key, taken_at, seq, line)``: the rows a repair rewrote.
 - ``schema_version(version)``: one row, the version of the schema.
+- Index ``sessions_by_activity`` (``activity_ns / 1000``) serves the listing by
+  ``updated_at`` (version 3).
 
 :data:`MIGRATIONS` is the ordered list of steps (step ``i`` brings version ``i`` to
 ``i + 1``). Opening a store runs the missing steps in one transaction that first takes a
@@ -38,7 +40,7 @@ import psycopg
 from ..sqlite.schema import SchemaError
 
 #: The schema version this code writes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: The advisory-lock key migrations run under (the bytes "JSNLMIGR").
 MIGRATION_LOCK = int.from_bytes(b"JSNLMIGR", "big", signed=True)
 
@@ -91,8 +93,16 @@ _V2 = (
     "CREATE INDEX sessions_by_alias ON {s}.sessions USING hash (agent_alias) WHERE agent_alias IS NOT NULL",
 )
 
+_V3 = (
+    # The listing by updated_at (the activity in microseconds): a page is a seek and a short
+    # scan, ties ordered by key COLLATE "C" (code point order, as Python's str) in an
+    # incremental sort. No btree holds the key itself: an entry is capped at ~2.7 KB and a
+    # key may be longer (version 2); a listing by key sorts the sessions' keys instead.
+    "CREATE INDEX sessions_by_activity ON {s}.sessions ((activity_ns / 1000))",
+)
+
 #: ``MIGRATIONS[v]``: the statements that bring version ``v`` to ``v + 1`` (``{s}``: the schema).
-MIGRATIONS: list[Sequence[str]] = [_V1, _V2]
+MIGRATIONS: list[Sequence[str]] = [_V1, _V2, _V3]
 
 
 def current_version(conn: psycopg.Connection[Any], s: str, name: str) -> int | None:

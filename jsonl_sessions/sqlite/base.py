@@ -78,6 +78,9 @@ class SqliteCore(DatabaseFront):
     def _locked(self, c: sqlite3.Connection, key: str) -> SessionRow | None:
         return self._session(c, key)  # the writers' lock keeps every row from other writers
 
+    def _row(self, key: str, columns: Sequence[Any]) -> SessionRow:
+        return SessionRow(key, tuple(columns))
+
     def _session(self, c: sqlite3.Connection, key: str) -> SessionRow | None:
         row = c.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone()
         return None if row is None else SessionRow(key, row)
@@ -96,10 +99,12 @@ class SqliteCore(DatabaseFront):
                         (sid, seq)).fetchone()[0]
         return int(got)
 
-    def _last_id(self, c: sqlite3.Connection, sid: int) -> str | None:
-        """The id of the newest row that parses (None: none, or it has no id). O(log n)."""
-        row = c.execute("SELECT id FROM messages WHERE session = ? AND id IS NOT NULL ORDER BY seq DESC LIMIT 1",
-                        (sid,)).fetchone()
+    def _last_id(self, c: sqlite3.Connection, sid: int, before: int | None = None) -> str | None:
+        """The newest ULID of the session (of the rows before position ``before``), the id new
+        ids are made after (None: none); ids that are not ULIDs are passed over. O(log n)
+        (plus the rows passed over)."""
+        row = c.execute(f"SELECT id FROM messages WHERE session = ? AND seq < ? AND id GLOB '{rows.ULID_GLOB}' "
+                        "ORDER BY seq DESC LIMIT 1", (sid, rows.MAX_INTEGER if before is None else before)).fetchone()
         return None if row is None else (row[0] or None)
 
     def _has_id(self, c: sqlite3.Connection, sid: int, message_id: str) -> bool:
@@ -223,12 +228,7 @@ class SqliteCore(DatabaseFront):
             if expected_id is not None and old_id != expected_id:
                 return False
 
-            def previous() -> str | None:
-                row = c.execute("SELECT id FROM messages WHERE session = ? AND seq < ? AND id IS NOT NULL "
-                                "ORDER BY seq DESC LIMIT 1", (s.id, seq)).fetchone()
-                return None if row is None else (row[0] or None)
-
-            records = [replacement_record(key, m, old, self._clock, previous,
+            records = [replacement_record(key, m, old, self._clock, lambda: self._last_id(c, s.id, seq),
                                           lambda mid: mid != old_id and self._has_id(c, s.id, mid))]
             line = self._encode(key, records)[0]
             c.execute("DELETE FROM messages WHERE session = ? AND seq = ?", (s.id, seq))

@@ -12,6 +12,8 @@ Tables (docs/sqlite.md has the details):
 - ``quarantine(repair, session_key, taken_at, seq, line)``: every row of a session that
   ``compact(repair=True)`` rewrote, kept verbatim (nothing is deleted silently); ``repair``
   numbers the repairs (1, 2, ...).
+- ``sessions_by_activity`` indexes ``(activity_ns / 1000, key)``: the listing by
+  ``updated_at`` (version 3).
 
 The file is marked with ``PRAGMA application_id`` and versioned with ``PRAGMA
 user_version``. Opening a file of an older version runs the migration steps in order,
@@ -28,7 +30,7 @@ from ..errors import SessionStoreError
 #: ``PRAGMA application_id`` of a session store ("JSNL").
 APPLICATION_ID = 0x4A534E4C
 #: The schema version this code writes (``PRAGMA user_version``).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _V1 = (
     """CREATE TABLE sessions (
@@ -63,6 +65,13 @@ _V2 = (
 )
 
 
+_V3 = (
+    # The listing by updated_at (the activity in microseconds), key: a sidebar's page
+    # is a seek and a short scan of this index.
+    "CREATE INDEX sessions_by_activity ON sessions(activity_ns / 1000, key)",
+)
+
+
 def _step(statements: tuple[str, ...]) -> Callable[[sqlite3.Connection], None]:
     def run(conn: sqlite3.Connection) -> None:
         for statement in statements:
@@ -72,7 +81,7 @@ def _step(statements: tuple[str, ...]) -> Callable[[sqlite3.Connection], None]:
 
 
 #: ``MIGRATIONS[v]`` brings a file from version ``v`` to ``v + 1`` (0: a new, empty file).
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _step(_V1), 1: _step(_V2)}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {0: _step(_V1), 1: _step(_V2), 2: _step(_V3)}
 
 
 class SchemaError(SessionStoreError):

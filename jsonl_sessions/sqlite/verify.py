@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import rows
 from ..errors import CorruptMetadataError
+from ..ids import IdOrder
 from ..verification import Finding, VerifyReport, missing_session
 
 #: Every finding kind, with what it means.
@@ -83,7 +84,7 @@ def check_rows(found: Iterable[tuple[int, Any, Any, Any, Any, bytes]], key: str,
     position order, with its recorded ``count`` and ``size`` (shared by the database backends)."""
     n = 0
     nbytes = 0
-    previous = ""
+    order = IdOrder()
     for seq, mid, created, role, kind, line in found:
         if seq != n:
             yield Finding("positions", f"row at position {n} has seq {seq}", key, line=n + 1)
@@ -99,9 +100,8 @@ def check_rows(found: Iterable[tuple[int, Any, Any, Any, Any, bytes]], key: str,
         if (mid, created, role, kind) != rows.index_of(line):
             yield Finding("index-mismatch", f"columns {(mid, created, role, kind)!r} but the line says "
                           f"{rows.index_of(line)!r}", key, line=seq + 1, offset=offset)
-        if message.id:
-            if message.id <= previous:
-                yield Finding("id-order", f"id {message.id!r} after {previous!r}", key, line=seq + 1, offset=offset)
-            previous = message.id
+        why = order.check(message.id)
+        if why is not None:
+            yield Finding("id-order", why, key, line=seq + 1, offset=offset)
     if (n, nbytes) != (count, size):
         yield Finding("counters", f"recorded {count} rows / {size} bytes, found {n} / {nbytes}", key)

@@ -4,8 +4,9 @@ Same semantics as :class:`jsonl_sessions.SessionStore` (and it passes the same h
 the state machine, the contract mixin), minus the files:
 
 - ids are ULIDs assigned by the same rules (strictly increasing per session, monotonic
-  within one millisecond and after the clock steps back; caller ids kept, a duplicate
-  refused with :class:`DuplicateMessageError`, an out-of-order one with
+  within one millisecond and after the clock steps back; a caller's id kept when the
+  store takes it (a canonical ULID at most 24 h ahead), a duplicate refused with
+  :class:`DuplicateMessageError`, an out-of-order or foreign one with
   :class:`InvalidMessageError`); ``created_at`` is kept when given, else the clock's now;
 - messages are stored as their encoded JSON lines and decoded on every read, so what a
   caller gets back is exactly what the JSONL store would return (a tuple comes back as
@@ -45,7 +46,7 @@ from ..base import DEFAULT_MAX_MESSAGE_BYTES, BaseStore, Keep
 from ..compaction import CompactionReport, plan_lines
 from ..errors import LockTimeoutError
 from ..finding import Collector, MessageSearch
-from ..ids import assign_ids
+from ..ids import assign_ids, newest_ulid, replacement_record
 from ..keys import validate_key
 from ..protocol import SessionBackend
 from ..types import (
@@ -152,7 +153,7 @@ class MemorySessionStore(BaseStore):
         with self._change(key):
             s = self._ref.sessions.get(key)
             existing = [] if s is None else [m.id for m in s.messages]
-            stored = self._stored(key, msgs, s.last_id if s else None, existing)
+            stored = self._stored(key, msgs, newest_ulid(reversed(existing)), existing)
             self._ref.append(key, stored, self._clock())
             return [m.id for m in stored]
 
@@ -167,16 +168,12 @@ class MemorySessionStore(BaseStore):
             if not self._ref.can_change_last(key, expected_id):
                 return False
             msgs = self._ref.sessions[key].messages
-            old = msgs[-1]
-            if m.created_at is None:
-                m = m.replace(created_at=old.created_at)
-            new_id = m.id or old.id
-            previous = msgs[-2].id if len(msgs) > 1 else None
-            existing = [x.id for x in msgs[:-1]]
-            if new_id == old.id:
-                previous, existing = None, []  # the id stays: nothing to order it against
-            stored = self._stored(key, [m.replace(id=new_id)], previous, existing)
-            return self._ref.update_last(key, stored[0])
+            earlier = msgs[:-1]
+            record = replacement_record(key, m, msgs[-1].to_dict(), self._clock,
+                                        lambda: newest_ulid(x.id for x in reversed(earlier)),
+                                        frozenset(x.id for x in earlier).__contains__)
+            lines = codec.encode_records([record], key, self._max_message_bytes)
+            return self._ref.update_last(key, _decoded(lines[0]))
 
     # -- replacing everything ---------------------------------------------------------
     def _rewrite(self, key: str, msgs: list[ChatMessage]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import http.client
 import os
 import pathlib
 import queue
@@ -276,6 +277,46 @@ def test_ls_table_filters_sorts_and_json(run: Run, store: SessionStore) -> None:
     rows = [orjson.loads(line) for line in out.splitlines()]
     assert [r["key"] for r in rows] == ["beta", "gamma\x1b[2J"]
     assert rows[0]["name"] == "The beta run" and rows[0]["agent_alias"] == "planner"
+
+
+def test_ls_pages_by_cursor_with_the_stores_sorts_and_filters(run: Run, store: SessionStore) -> None:
+    for i, key in enumerate(("a", "b", "c", "d", "e")):
+        chat(store, key, i + 1)
+    store.set_session_name("b", "Bug triage")
+    store.set_session_name("d", "Bugfix")
+    store.set_session_name("e", "release")
+    code, out, err = run("ls", "--sort", "message_count", "--desc", "--limit", "2")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["e", "d"]
+    cursor = re.fullmatch(r"jsonl-sessions: more sessions: add --cursor (\S+) for the next page\n", err)
+    assert cursor is not None, err
+    code, out, err = run("ls", "--sort", "message_count", "--desc", "--limit", "2", "--json", "--cursor",
+                         cursor.group(1))
+    page = orjson.loads(out)
+    assert [d["key"] for d in page["sessions"]] == ["c", "b"] and page["cursor"] and err == ""
+    code, out, _ = run("ls", "--sort", "message_count", "--desc", "--limit", "2", "--json", "--cursor",
+                       page["cursor"])
+    last = orjson.loads(out)
+    assert [d["key"] for d in last["sessions"]] == ["a"] and last["cursor"] is None
+    code, out, _ = run("ls", "--name-prefix", "Bug", "--sort", "name", "--nl")
+    assert [orjson.loads(line)["key"] for line in out.splitlines()] == ["b", "d"]
+    code, out, _ = run("ls", "--offset", "3", "--json")
+    assert [d["key"] for d in orjson.loads(out)] == ["d", "e"]  # no --limit: the array, as ever
+    code, out, _ = run("ls", "--updated-since", "2999-01-01T00:00Z", "--json")
+    assert orjson.loads(out) == []
+    code, out, _ = run("ls", "--updated-since", "2000-01-01", "--json")
+    assert len(orjson.loads(out)) == 5
+    code, out, _ = run("ls", "--sort", "size", "--limit", "1", "--json")
+    assert [d["key"] for d in orjson.loads(out)["sessions"]] == ["e"]
+
+
+@pytest.mark.parametrize("argv", [("--cursor", "nonsense"), ("--sort", "name", "--cursor", "WzEsImtleSIsZmFsc2UsImEiLCJhIl0"),
+                                  ("--sort", "size", "--cursor", "WzEsImtleSIsZmFsc2UsImEiLCJhIl0"),
+                                  ("--offset", "1", "--cursor", "WzEsImtleSIsZmFsc2UsImEiLCJhIl0"),
+                                  ("--limit", "-1",), ("--updated-since", "yesterday"), ("--sort", "bogus")])
+def test_ls_refuses_bad_paging_arguments_as_usage_errors(run: Run, store: SessionStore, argv: tuple[str, ...]) -> None:
+    chat(store, "a", 1)
+    code, out, err = run("ls", *argv)
+    assert code == 2 and out == "" and err
 
 
 def test_ls_on_an_empty_store(run: Run) -> None:
@@ -880,12 +921,46 @@ def test_every_command_runs_as_a_real_process(command: str, populated: pathlib.P
         assert done.returncode == 0, done.stderr
         assert "copied 1 session from the JSONL directory" in done.stdout
         return
+    if command == "serve":
+        _serve_as_process(populated)
+        return
     argv, status, expected = SUBPROCESS_CASES[command]
     stdin = '[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]'
     done = cli(*argv, root=populated, stdin=stdin if command == "import" else None)
     assert done.returncode == status, done.stderr
     assert expected in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def _serve_as_process(root: pathlib.Path) -> None:
+    """``serve --port 0``: prints its address, answers it (token, then cookie), stops on Ctrl-C with 0."""
+    pytest.importorskip("jinja2", reason="the viewer extra: pip install '.[viewer]'")
+    with subprocess.Popen([sys.executable, "-m", "jsonl_sessions", "--root", str(root), "serve", "--port", "0"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()) as proc:
+        _serve_checks(proc)
+
+
+def _serve_checks(proc: subprocess.Popen[str]) -> None:
+    try:
+        assert proc.stdout is not None
+        url = next(line.strip() for line in proc.stdout if "?token=" in line)
+        host, rest = url.removeprefix("http://").split("/", 1)
+        conn = http.client.HTTPConnection(host, timeout=60)
+        conn.request("GET", "/" + rest)
+        first = conn.getresponse()
+        first.read()
+        assert first.status == 303
+        conn.request("GET", "/", headers={"Cookie": first.getheader("Set-Cookie", "").split(";")[0]})
+        page = conn.getresponse()
+        assert page.status == 200 and "demo/chat" in page.read().decode()
+        conn.close()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_console_script_entry_point_exists() -> None:
@@ -915,6 +990,7 @@ JSON_CASES: dict[str, list[str]] = {
     "stats": ["stats"],
     "migrate": ["migrate", "{root}", "{tmp}/copy.db"],
     "demo": ["demo", "--root", "{tmp}/tour"],
+    "serve": ["serve", "--get", "/session?key=demo%2Fchat"],
 }
 
 

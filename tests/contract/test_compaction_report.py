@@ -75,13 +75,17 @@ def test_a_repair_reports_the_same_plan_and_where_the_bytes_are(tmp_path: pathli
         jsonl, sqlite = _plans(tmp_path, LINES, repair=True)
     assert not caplog.records  # a report, not a log line
     assert [(d.line, d.offset, d.corrupt) for d in jsonl.plan.dropped] == \
-           [(d.line, d.offset, d.corrupt) for d in sqlite.plan.dropped] == [(3, 151, False), (4, 229, True),
-                                                                           (5, 237, False)]
-    assert jsonl.plan.kept == sqlite.plan.kept and len(sqlite.plan.kept) == 3
+           [(d.line, d.offset, d.corrupt) for d in sqlite.plan.dropped] == [(3, 151, False), (4, 229, True)]
+    # The other line with id "b" keeps its place and bytes under a new id, "b" in original_id.
+    assert [(d.line, d.offset) for d in jsonl.plan.renumbered] == \
+           [(d.line, d.offset) for d in sqlite.plan.renumbered] == [(5, 237)]
+    assert jsonl.plan.kept == sqlite.plan.kept and len(sqlite.plan.kept) == 4
     assert sqlite.quarantine is not None and "quarantine table" in sqlite.quarantine
     assert jsonl.quarantine is not None and pathlib.Path(jsonl.quarantine).read_bytes().startswith(LINES[0])
     db = SqliteSessionStore(tmp_path / "s.db")
-    assert [m.id for m in db.load("k")] == ["a", "b", "c"]
+    loaded = db.load("k")
+    assert [m.id for m in loaded][:2] == ["a", "b"] and loaded[3].id == "c"
+    assert loaded[2].extra == {"original_id": "b"} and loaded[2].content == "other bytes"
     db.close()
     conn = sqlite3.connect(tmp_path / "s.db")
     assert conn.execute("SELECT line FROM quarantine ORDER BY seq").fetchall() == [(line,) for line in LINES]
@@ -93,7 +97,8 @@ def test_the_repair_command_prints_the_report_and_logs_nothing(tmp_path: pathlib
     _sqlite(tmp_path, LINES).close()
     assert main(["--root", str(tmp_path / "s.db"), "repair", "k"]) == 0
     out, err = capsys.readouterr()
-    assert "kept 3 messages, set aside 3 rows" in out and "line 4, byte offset 229" in out
+    assert "kept 4 messages, set aside 2 rows" in out and "line 4, byte offset 229" in out
+    assert "gave 1 line a new id" in out and "line 5, byte offset 237" in out
     assert "quarantine table" in out and err == ""
     assert main(["--root", str(tmp_path / "s.db"), "repair", "k"]) == 0
-    assert "needs no repair: 3 messages" in capsys.readouterr().out
+    assert "needs no repair: 4 messages" in capsys.readouterr().out

@@ -229,8 +229,8 @@ def test_duplicate_and_out_of_order_ids(store: SessionStore, backend: Backend) -
 def test_duplicates_inside_one_append_many_batch(store: SessionStore, backend: Backend) -> None:
     store.append("k", user("a"))
     before = backend.state(store, ("new",))
-    x = "7ZZZZZZZZZZZZZZZZZZZZZZZZY"
-    y = "7ZZZZZZZZZZZZZZZZZZZZZZZZX"
+    x = ids.encode(((ids.now_ms() + 3_600_000) << 80) + 1)  # an hour ahead: after every id made meanwhile
+    y = ids.encode((ids.now_ms() + 3_600_000) << 80)
     for batch in (
         [user(id=x), user(id=x)],
         [user(id=x), user(), user(id=x)],

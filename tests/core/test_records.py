@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jsonl_sessions import ChatMessage, SessionStore, arguments, codec, records
+from jsonl_sessions import ChatMessage, InvalidMessageError, SessionStore, arguments, codec, ids, records
 from jsonl_sessions.protocol import SessionBackend
 from jsonl_sessions.sqlite import SessionSnapshot, SqliteSessionStore
 from jsonl_sessions.types import RESERVED_FIELDS, SessionQuery
@@ -108,10 +108,17 @@ def _sqlite_with_foreign_line(tmp_path: pathlib.Path) -> SessionBackend:
 def test_an_extra_field_of_a_line_without_kind_survives_a_rewrite(tmp_path: pathlib.Path, make: Any) -> None:
     store = make(tmp_path)
     loaded = store.load("k")
-    assert loaded[-1].extra == {"tool_call_id": "c1"} and loaded[-1].kind == "message"
-    store.rewrite_messages("k", loaded)
+    assert loaded[-1].extra == {"tool_call_id": "c1"} and loaded[-1].kind == "message" and loaded[-1].id == "zzz"
+    # The other tool's id is read, not taken back: the store's ids are ULIDs, and the
+    # refusal says where a foreign id goes.
+    with pytest.raises(InvalidMessageError, match="provider_id"):
+        store.rewrite_messages("k", loaded)
     assert store.load("k") == loaded
-    assert store.load("k")[-1].extra == {"tool_call_id": "c1"}
+    moved = [m.replace(id="", extra={**m.extra, "provider_id": m.id}) if m.id == "zzz" else m for m in loaded]
+    store.rewrite_messages("k", moved)
+    again = store.load("k")
+    assert again[0] == loaded[0] and ids.is_ulid(again[-1].id) and again[-1].id > loaded[0].id
+    assert again[-1].extra == {"tool_call_id": "c1", "provider_id": "zzz"} and again[-1].content == "r"
     assert store.search(SessionQuery("R")) != []
     store.close()
 

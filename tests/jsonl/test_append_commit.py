@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 from _child import child_env
 
-from jsonl_sessions import SessionQuery, SessionStore, _platform
+from jsonl_sessions import SessionQuery, SessionStore, _platform, ids
 from jsonl_sessions.jsonl.control import VISIBLE_OFFSET
 from jsonl_sessions.jsonl.layout import SessionFiles
 
@@ -102,7 +102,8 @@ def test_a_failed_unlock_after_a_failed_acquire_still_drops_the_flock(
 
 # -- no reader sees a line before its fsync returned -------------------------------------
 
-DIRTY_ID = "7ZZZZZZZZZZZZZZZZZZZZZZZZZ"  # the largest id: sorts after every assigned one
+#: An id an hour ahead (a caller may give one up to 24 h ahead): sorts after every assigned one.
+DIRTY_ID = ids.encode((ids.now_ms() + 3_600_000) << 80)
 
 
 def test_a_reader_never_returns_a_line_whose_fsync_then_fails(tmp_path: pathlib.Path,

@@ -363,8 +363,9 @@ def test_a_failed_fsync_or_write_fails_every_append_it_covered(store: SessionSto
 
 
 def test_a_message_that_cannot_be_written_fails_only_its_caller(store: SessionStore, tmp_path: pathlib.Path) -> None:
+    ahead = ids.encode((ids.now_ms() + 3_600_000) << 80)  # sorts after every id made meanwhile
     messages = [user("a"), user("b"), {"role": "user", "content": math.nan}, user("c"),
-                {"role": "user", "content": "d", "id": "ZZZZ"}, {"role": "user", "content": "e", "id": "ZZZZ"}]
+                {"role": "user", "content": "d", "id": ahead}, {"role": "user", "content": "e", "id": ahead}]
 
     outcomes = run_group(store, messages)
 

@@ -336,9 +336,11 @@ def test_paging_the_newest_50_reads_the_end_only(big: tuple[SessionStore, list[s
         cost[key] = reads.of(key + ".jsonl")
     size = transcript(store, "big").stat().st_size
     print(f"page(50): {cost} of a {size:,}-byte transcript")
-    assert cost["big"][1] <= 64 * 1024, "page(50) read more than the end of the file"
-    assert cost["big"][0] == cost["small"][0], "the cost must not depend on the transcript's length"
-    assert cost["big"][1] <= 1.1 * cost["small"][1]  # (its lines are a few digits longer)
+    # Beyond the end of the file, one binary search (O(log n)): the page's ``before`` cursor
+    # is its oldest id only after checking that the id names that line (no copy elsewhere).
+    search = 2 * math.ceil(math.log2(size / lines.SCAN_BYTES)) + 4
+    assert cost["big"][1] <= 64 * 1024 + search * 2 * lines.PROBE_BYTES, "page(50) read more than the end and a search"
+    assert cost["big"][0] <= cost["small"][0] + search, "the cost may grow with log n only"
 
 
 def test_cursor_pages_and_get_message_read_log_n_blocks(big: tuple[SessionStore, list[str], list[str]],
@@ -355,7 +357,8 @@ def test_cursor_pages_and_get_message_read_log_n_blocks(big: tuple[SessionStore,
         worst = max(worst, (calls, nbytes))
         assert calls <= bound_calls and nbytes <= bound_calls * 2 * lines.PROBE_BYTES + lines.SCAN_BYTES
     reads.clear()
-    assert store.get_message("big", "0" * 26) is None and store.get_message("big", "Z" * 26) is None
+    # (an id that is not a ULID is looked for by reading every line: only another tool writes one)
+    assert store.get_message("big", "0" * 26) is None and store.get_message("big", "7" + "Z" * 25) is None
     assert reads.of("big.jsonl")[0] <= 2 * bound_calls
     reads.clear()
     cursor = big_ids[100_000]

@@ -502,8 +502,14 @@ def test_compact_refuses_same_id_with_different_bytes(store: SessionStore) -> No
     with pytest.raises(CorruptTranscriptError) as info:
         store.compact("k")
     assert info.value.line == 3 and "already used" in str(info.value)
-    assert store.compact("k", repair=True) == 1  # the first line with that id is kept
-    assert path.read_bytes() == lines[0] + lines[1]
+    assert store.compact("k", repair=True) == 0  # nothing dropped: the other line is renumbered
+    got = path.read_bytes().splitlines(keepends=True)
+    assert got[:2] == lines[:2] and len(got) == 3
+    renumbered = json.loads(got[2])
+    assert renumbered["original_id"] == record["id"] and renumbered["id"] > json.loads(lines[1])["id"]
+    assert {k: v for k, v in renumbered.items() if k not in ("id", "original_id")} == \
+        {k: v for k, v in record.items() if k != "id"}
+    assert [m.content for m in store.try_load("k")] == [0, 1, "rewritten"]
     assert len(quarantines(store)) == 1
 
 

@@ -172,6 +172,25 @@ def test_listing_makes_a_bounded_number_of_system_calls_per_session(tmp_path: pa
     assert p.seam["try_lock"] == 0
 
 
+def test_a_sidebar_page_reads_the_sidecars_and_counts_of_its_sessions_only(tmp_path: pathlib.Path) -> None:
+    """By updated_at with a limit: two lstat a session give the order, and only the page
+    (and the one session after it, for the cursor) is opened; by key, not even the lstat."""
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    n, limit = 30, 5
+    for i in range(n):
+        store.append(f"s{i:02}", ChatMessage("user", "hello"))
+        store.set_session_name(f"s{i:02}", f"name {i}")
+        store.get_message_count(f"s{i:02}")
+    newest = store.list_sessions_with_metadata(sort="updated_at", descending=True)
+    for arguments, stats in (({"sort": "updated_at", "descending": True}, 2 * n), ({}, 0)):
+        with SyscallProbe() as p:
+            got = store.list_sessions_with_metadata(limit=limit, **arguments)
+        assert got == (newest[:limit] if arguments else store.list_sessions_with_metadata()[:limit])
+        assert p.os["os.open"] == 2 * (limit + 1), p.os  # sidecar and control file of each looked at
+        assert p.os["os.lstat"] == stats + limit + 1, p.os  # (a look: the transcript's lstat)
+        assert p.os["fcntl.flock"] == 0 and p.os["fcntl.fcntl"] == 0, p.os
+
+
 def test_a_stale_count_cache_still_gives_the_exact_count_in_a_listing(tmp_path: pathlib.Path) -> None:
     store = SessionStore(str(tmp_path / "store"), durability="flush")
     store.append("k", ChatMessage("user", "one"))
@@ -401,7 +420,7 @@ def test_a_rewrite_of_loaded_messages_reuses_their_records_and_encodes_the_same_
     before = path.read_bytes()
     loaded = store.try_load("k")
 
-    got = ids.assign_ids("k", loaded, None, 0)
+    got = ids.assign_ids("k", loaded, None, ids.now_ms())
     assert all(r is m._data for r, m in zip(got, loaded, strict=True))  # no dict built per message
     assert b"".join(codec.encode_records(got, "k", 1 << 20)) == before
     with SyscallProbe() as p:
@@ -416,7 +435,7 @@ def test_a_rewrite_of_loaded_messages_reuses_their_records_and_encodes_the_same_
     ChatMessage("user", "a", id="01J0000000000000000000000A", created_at=5, kind="note", extra={"x": [1.5]}),
     ChatMessage("user", "a", id="01J0000000000000000000000A"),  # no time: ``now`` is used
     ChatMessage("user", "a", created_at=5),  # no id: a new one
-    ChatMessage.from_dict({"role": "tool", "content": None, "tool_call_id": "c", "id": "x", "created_at": 1}),
+    ChatMessage.from_dict({"role": "tool", "content": None, "tool_call_id": "c", "id": "01J0000000000000000000000X", "created_at": 1}),
     # wrapped as they are, in orders and with values a record does not have
     from_record({"role": "user", "id": "01J0000000000000000000000A", "created_at": 5, "kind": "message",
                  "content": "a"}),
@@ -431,5 +450,6 @@ def test_a_record_is_the_one_its_fields_define(message: ChatMessage) -> None:
         got = codec.record_of(message, message_id, created_at)
         assert list(got.items()) == _record_by_fields(message, message_id, created_at)
         assert orjson.dumps(got) == orjson.dumps(dict(_record_by_fields(message, message_id, created_at)))
-    [record] = ids.assign_ids("k", [message], None, 7)
-    assert list(record.items()) == _record_by_fields(message, record["id"], message.created_at or 7)
+    now = ids.timestamp_ms("01J0000000000000000000000A") or 0  # the ids here are from that millisecond
+    [record] = ids.assign_ids("k", [message], None, now)
+    assert list(record.items()) == _record_by_fields(message, record["id"], message.created_at or now)

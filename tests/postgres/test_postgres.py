@@ -82,7 +82,7 @@ def test_a_version_1_schema_is_migrated_and_then_takes_values_of_any_length(pg_d
     store = postgres_store(pg_dsn, pg_schema)
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         assert conn.execute(f"SELECT version FROM {s}.schema_version").fetchall() == [(SCHEMA_VERSION,)]
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     loaded = store.try_load("k")
     assert [m.content for m in loaded] == ["one", "late"] and loaded[1].created_at == 2**63 + 5
     assert store.verify().findings == []
@@ -321,22 +321,24 @@ def test_async_twin_is_an_async_backend_and_never_blocks_the_loop(pg_dsn: str, p
 
 
 def test_nul_and_u0001_in_indexed_text_round_trip(pg_store: Any) -> None:
-    """``text`` cannot hold NUL: ids, roles, kinds, aliases and owners holding NUL (or the
-    escape character U+0001) are stored escaped and found again exactly."""
+    """``text`` cannot hold NUL: roles, kinds, aliases and owners holding NUL (or the
+    escape character U+0001) are stored escaped and found again exactly; an id holding them
+    (never stored: a message's id is a ULID) is looked up without an error."""
     weird = "0\x00\x01\x01\x02z"
-    got = pg_store.append("k", {"role": "\x00r", "kind": "k\x01", "content": "x", "id": weird})
-    assert got == weird and pg_store.get_message("k", weird).role == "\x00r"
-    assert pg_store.get_message("k", "0\x00\x01\x02z") is None  # another id, kept apart
+    got = pg_store.append("k", {"role": "\x00r", "kind": "k\x01", "content": "x"})
+    assert pg_store.get_message("k", got).role == "\x00r"
+    assert pg_store.get_message("k", weird) is None and pg_store.get_message("k", "0\x00\x01\x02z") is None
     follow = pg_store.append("k", {"role": "user", "content": "y"})
-    assert follow > weird
-    assert pg_store.page("k", limit=1, before=follow).messages[0].id == weird
+    assert follow > got
+    assert pg_store.page("k", limit=1, before=follow).messages[0].id == got
     pg_store.set_session_agent_alias("k", "al\x00ias")
     pg_store.set_session_principal("k", "own\x00er")
     assert pg_store.count_agent_attribution("al\x00ias") == 1
     assert pg_store.rename_agent_attribution("al\x00ias", "b\x00") == 1
     assert pg_store.verify().ok, pg_store.verify().findings
     assert pg_store.remove_last("k", expected_id=follow) is True
-    assert pg_store.remove_last("k", expected_id=weird) is True
+    assert pg_store.remove_last("k", expected_id=weird) is False  # no such id: a compare-and-remove removes nothing
+    assert pg_store.remove_last("k", expected_id=got) is True
     assert pg_store.delete_session_owned("k", "own\x00") is False
     assert pg_store.delete_session_owned("k", "own\x00er") is True
 
@@ -379,3 +381,41 @@ def test_a_forked_child_uses_its_own_pool(pg_store: Any) -> None:
     pg_store.append("k", {"role": "user", "content": "parent again"})
     assert [m.content for m in pg_store.load("k")] == ["parent", "child", "parent again"]
     assert pg_store._db.pool() is parent_pool
+
+
+# -- listing ------------------------------------------------------------------------------
+def test_listing_orders_keys_by_code_point_under_any_collation(pg_dsn: str) -> None:
+    """The database's collation may order text by language rules ("a" < "B" < "c"); the
+    listing orders keys by code point ("B" < "a" < "c"), as Python's str and every other
+    backend do, in the SQL order and in the cursor's seek."""
+    import psycopg
+
+    name = f"icu_{os.getpid()}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        try:
+            conn.execute(f"CREATE DATABASE {name} TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en' "
+                         "LOCALE 'C.utf8'")
+        except psycopg.Error as exc:
+            pytest.skip(f"this PostgreSQL cannot make an ICU database: {exc}")
+    dsn = psycopg.conninfo.make_conninfo(pg_dsn, dbname=name)
+    try:
+        with psycopg.connect(dsn) as conn:  # the collation does order language-wise
+            assert [r[0] for r in conn.execute("SELECT unnest(ARRAY['c', 'B', 'a']) AS k ORDER BY k")] == \
+                ["a", "B", "c"]
+        store = postgres_store(dsn, "listing")
+        try:
+            for key in ("c", "B", "a", "Ab"):
+                store.append(key, {"role": "user", "content": "x"})
+            expected = sorted(["c", "B", "a", "Ab"])
+            assert [m.key for m in store.list_sessions_with_metadata(sort="key", limit=10)] == expected
+            first = store.list_sessions_with_metadata(limit=2)
+            rest = store.list_sessions_with_metadata(limit=2, cursor=first.cursor)
+            assert [m.key for m in first + rest] == expected
+            assert [m.key for m in store.list_sessions_with_metadata(sort="key", descending=True, limit=10)] == \
+                expected[::-1]
+        finally:
+            store.close()
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -28,3 +28,7 @@ def test_wheel_metadata_has_the_spdx_license_and_ships_the_file(tmp_path: pathli
         assert "License-Expression: MIT" in headers
         assert not any(h.startswith("License: ") for h in headers)  # the legacy free-text field is gone
         assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+        # the viewer's templates and static files are package data
+        viewer = pathlib.Path(ROOT / "jsonl_sessions" / "viewer")
+        data = {p.relative_to(ROOT).as_posix() for p in [*viewer.glob("templates/*"), *viewer.glob("static/*")]}
+        assert data and data <= set(names), data - set(names)

@@ -241,3 +241,32 @@ def test_a_forked_child_uses_its_own_connection(tmp_path: pathlib.Path) -> None:
     assert [m.content for m in store.load("k")] == ["parent", "child", "parent again"]
     assert store.verify().ok
     store.close()
+
+
+# -- listing ------------------------------------------------------------------------------
+def test_a_sidebar_page_is_an_index_seek_with_a_limit(sqlite_store: SqliteSessionStore) -> None:
+    """The listing by updated_at (and by key) runs in SQL: ``ORDER BY ... LIMIT`` on an
+    index, the cursor a seek into it, so a page reads the page's rows, not every session."""
+    for i in range(30):
+        sqlite_store.append(f"s{i:02}", {"role": "user", "content": "x"})
+    conn = sqlite_store._db.conn()
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        first = sqlite_store.list_sessions_with_metadata(sort="updated_at", descending=True, limit=5)
+        second = sqlite_store.list_sessions_with_metadata(sort="updated_at", descending=True, limit=5,
+                                                          cursor=first.cursor)
+        by_key = sqlite_store.list_sessions_with_metadata(limit=5)
+        by_key = sqlite_store.list_sessions_with_metadata(limit=5, cursor=by_key.cursor)
+    finally:
+        conn.set_trace_callback(None)
+    assert len(first) == len(second) == len(by_key) == 5
+    selects = [s for s in statements if s.lstrip().upper().startswith("SELECT KEY, ID, META")]
+    assert len(selects) == 4, statements
+    for sql in selects:
+        assert "LIMIT 6" in sql
+        plan = " ".join(str(row[3]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql))
+        assert "USING INDEX" in plan or "USING COVERING INDEX" in plan, (sql, plan)
+        assert "TEMP B-TREE" not in plan, (sql, plan)
+    for sql in (selects[1], selects[3]):  # a cursor: the index is searched from its position
+        assert "SEARCH" in " ".join(str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + sql)), sql
