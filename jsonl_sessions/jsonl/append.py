@@ -12,15 +12,20 @@ That function:
 - assigns ids (strictly increasing after the last line's id; a caller's id is checked)
   and encodes each message (JSON, no NaN, at most ``max_message_bytes``) before a byte is
   written;
-- writes every line in ONE write after the committed bytes. A torn tail is saved to a
-  quarantine file and cut first; a batch of several lines of one caller commits an
+- writes every line in ONE write after the committed bytes. A torn tail is waited for
+  while it grows (another process may still be writing that line), then saved to a
+  quarantine file and cut, only if still exactly as saved
+  (:func:`~jsonl_sessions.jsonl.torn.cut_torn`); a batch of several lines of one caller commits an
   :class:`~jsonl_sessions.jsonl.control.AppendBatch` record first (all or none after a crash);
 - fsyncs in ``"fsync"`` mode, with the visible end set before the write and cleared after
   the fsync (docs/format.md), so no lock-free reader returns a line that is not durable
   yet, and none waits for it;
 - rolls back on any failure of the write or the fsync: counter odd, truncate to the
   committed size, counter even, kept descriptor closed; an unacknowledged line never
-  appears later (never retried: after a failed fsync the page cache cannot be trusted);
+  appears later (never retried: after a failed fsync the page cache cannot be trusted),
+  also when that truncate fails too: a :class:`~jsonl_sessions.jsonl.control.CutBack`
+  record then makes the next guard holder or reader cut the bytes first
+  (:func:`~jsonl_sessions.jsonl.control.roll_back`);
 - keeps the count cache and the kept view current (a failure there only drops them: the
   append stands).
 
@@ -53,11 +58,12 @@ from .. import _platform, codec, ids, sidecar
 from ..errors import InvalidMessageError, LockTimeoutError, SessionStoreError
 from ..ids import assign_ids, is_ulid, next_id
 from ..types import ChatMessage
-from .control import AppendBatch
+from . import torn
+from .control import AppendBatch, roll_back
 from .guard import REGISTRY, GuardBusy, GuardClosed, SessionGuard, TranscriptView
 from .layout import FileState, SessionFiles
 from .lines import Tail, iter_lines_backward, read_tail
-from .txn import Root, Tx, enter, save_torn
+from .txn import Root, Tx, enter
 
 
 # -- entry points -----------------------------------------------------------------------
@@ -236,38 +242,20 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
     try:
         if tail is None:
             tail = read_tail(fd, st.st_size)
-        now = root.clock()
-        if group is None:
-            m = msgs[0]
-            fields = m._data
-            if len(msgs) == 1 and not fields.get("id"):  # the common append: no id to check
-                previous = last or (codec.prefix_id(tail.last_line) if tail.last_line is not None else None) \
-                    or last_id(fd, tail)
-                new_id = next_id(previous, now)
-                if new_id is None:  # the last id is not a ULID (an earlier version's): after the newest ULID
-                    previous = newest_ulid(fd, tail)
-                    new_id = next_id(previous, now)
-                    if new_id is None:
-                        assign_ids(key, msgs, previous, now)  # raises the error of "no id fits"
-                        raise AssertionError("unreachable")
-                created = fields.get("created_at")
-                data = codec.encode_record(codec.record_of(m, new_id, now if created is None else created), key)
-                if len(data) > root.max_message_bytes:
-                    raise InvalidMessageError(key=key, message_id=new_id, reason=f"message is {len(data)} bytes, "
-                                              f"over max_message_bytes={root.max_message_bytes}")
-                new_ids = [new_id]
-            else:
-                records = assign_ids(key, msgs, last or newest_ulid(fd, tail), now,
-                                     lambda mid: has_id(fd, tail.size, mid))
-                new_ids = [r["id"] for r in records]
-                data = b"".join(encode_lines(root, key, records))
-        else:
-            lines = _encode_group(root, key, group, last or newest_ulid(fd, tail), now,
-                                  lambda mid: has_id(fd, tail.size, mid))
-            new_ids = [p.id for p in group if p.error is None]
-            data = b"".join(lines)
-        if data and tail.committed != tail.size:
-            save_torn(root, files, fd, tail)
+        while True:
+            if tail.torn:  # a crash's leftover, or a line another process is still writing
+                tail, settled = torn.settle(root, files, fd, tail)
+                if settled is not None:
+                    st, last, clean = settled, "", False
+            new_ids, data = _encode(root, key, fd, tail, last, msgs, group)
+            if not (data and tail.torn):
+                break
+            cut_tail, st = torn.cut_torn(root, files, guard, fd, tail)
+            if cut_tail.committed == tail.committed:
+                tail = cut_tail
+                break
+            # Lines another process completed meanwhile precede this append: ids again after them.
+            tail, last, clean = cut_tail, "", False
     except BaseException as exc:
         _drop(guard, view, fd)
         _fail(group, exc)
@@ -276,7 +264,7 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
         _drop(guard, view, fd)
         return []
     try:
-        _commit(root, guard, view, fd, st, tail, data, new_ids, clean, atomic=group is None)
+        _commit(root, files, guard, view, fd, st, tail, data, new_ids, clean, atomic=group is None)
     except BaseException as exc:
         _fail(group, exc)
         raise
@@ -285,22 +273,53 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
     return new_ids
 
 
-def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: int, st: os.stat_result, tail: Tail,
-            data: bytes, new_ids: list[str], clean: bool, *, atomic: bool) -> None:
+def _encode(root: Root, key: str, fd: int, tail: Tail, last: str, msgs: Sequence[ChatMessage],
+            group: list[Pending] | None) -> tuple[list[str], bytes]:
+    """The ids and bytes of ``msgs`` appended after ``tail`` of the transcript open as ``fd``
+    (``last``: the last line's id when known, else ""). Raises the error of a message that
+    cannot be written (with ``group``: that member fails alone)."""
+    now = root.clock()
+    if group is None:
+        m = msgs[0]
+        fields = m._data
+        if len(msgs) == 1 and not fields.get("id"):  # the common append: no id to check
+            previous = last or (codec.prefix_id(tail.last_line) if tail.last_line is not None else None) \
+                or last_id(fd, tail)
+            new_id = next_id(previous, now)
+            if new_id is None:  # the last id is not a ULID (an earlier version's): after the newest ULID
+                previous = newest_ulid(fd, tail)
+                new_id = next_id(previous, now)
+                if new_id is None:
+                    assign_ids(key, msgs, previous, now)  # raises the error of "no id fits"
+                    raise AssertionError("unreachable")
+            created = fields.get("created_at")
+            data = codec.encode_record(codec.record_of(m, new_id, now if created is None else created), key)
+            if len(data) > root.max_message_bytes:
+                raise InvalidMessageError(key=key, message_id=new_id, reason=f"message is {len(data)} bytes, "
+                                          f"over max_message_bytes={root.max_message_bytes}")
+            return [new_id], data
+        records = assign_ids(key, msgs, last or newest_ulid(fd, tail), now, lambda mid: has_id(fd, tail.size, mid))
+        return [r["id"] for r in records], b"".join(encode_lines(root, key, records))
+    lines = _encode_group(root, key, group, last or newest_ulid(fd, tail), now,
+                          lambda mid: has_id(fd, tail.size, mid))
+    return [p.id for p in group if p.error is None], b"".join(lines)
+
+
+def _commit(root: Root, files: SessionFiles, guard: SessionGuard, view: TranscriptView | None, fd: int,
+            st: os.stat_result, tail: Tail, data: bytes, new_ids: list[str], clean: bool, *, atomic: bool) -> None:
     """Write ``data`` (the lines of ``new_ids``) after the committed bytes of the transcript
     open as ``fd`` (``st``, ``tail``: as found; ``view``: the kept view it came from, if
     any), in one write (and one fsync when durable); rolled back on error (and the
-    descriptor closed), so none of the lines appears later. A torn tail (saved already) is
-    cut first. A batch (several lines and ``atomic``) commits an :class:`AppendBatch`
+    descriptor closed: :func:`~jsonl_sessions.jsonl.control.roll_back`), so none of the
+    lines appears later. ``tail`` has no torn tail (the caller cut it). A batch (several lines and ``atomic``) commits an :class:`AppendBatch`
     record first; lines of separate appends (not ``atomic``) do not: a crash may keep a
     prefix of them, none acknowledged yet.
 
-    Durable mode: the counter is odd throughout when the append rewrites in place anyway
-    (a torn tail cut, a batch), else the visible end hides the new bytes from lock-free
-    readers (one ``pwrite`` before the write, one after the fsync, which also writes the
-    count cache: the ``fstat`` it needs is made before the fsync, as the write already
-    set the size and mtime, so that after the fsync only that ``pwrite`` and the unlock
-    remain). If clearing it fails,
+    Durable mode: the counter is odd throughout for a batch, else the visible end hides the
+    new bytes from lock-free readers (one ``pwrite`` before the write, one after the fsync,
+    which also writes the count cache: the ``fstat`` it needs is made before the fsync, as
+    the write already set the size and mtime, so that after the fsync only that ``pwrite``
+    and the unlock remain). If clearing it fails,
     the lines are cut as after a failed fsync (a reader may not see them until the next
     guard holder clears it, and the append is not acknowledged). Failing to finish the
     bookkeeping after a successful write (the counter made even again, the record
@@ -311,7 +330,6 @@ def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: in
     view or the cache is then dropped, rebuilt later."""
     durable = root.durable
     committed = tail.committed
-    torn = committed != tail.size
     lines = len(new_ids)
     batch = lines > 1 and atomic
     cache = guard.count
@@ -319,12 +337,10 @@ def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: in
     guard.changes += 1  # the file may change from here on: a Tx open around this call reads it again
     if batch:
         guard.write_record(AppendBatch(committed, committed + len(data)), durable)
-    in_place = torn or batch
+    in_place = batch
     hide = durable and not in_place
     if in_place:
         guard.begin_in_place()
-        if torn:
-            _platform.truncate(fd, committed)
     elif hide:
         guard.hide_from(committed)
     # The tail the lines leave, made before the write: after a durable append's fsync only
@@ -347,12 +363,11 @@ def _commit(root: Root, guard: SessionGuard, view: TranscriptView | None, fd: in
                 guard.show_all()
     except BaseException:
         in_place = True
-        with contextlib.suppress(OSError):
-            guard.begin_in_place()
-        with contextlib.suppress(OSError):  # even if the counter could not be marked
-            _platform.truncate(fd, committed)
-            if hide and guard.hidden is not None:  # cut: nothing left to hide
+        outcome = roll_back(guard, files, fd, committed)  # even if the counter could not be marked
+        if outcome == "cut" and hide and guard.hidden is not None:  # nothing left to hide
+            with contextlib.suppress(OSError):
                 guard.show_all()
+        batch = batch and outcome == "cut"  # else its record gave way to the cut's, or must stay
         _drop(guard, view, fd)
         raise
     finally:

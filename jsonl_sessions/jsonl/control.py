@@ -46,7 +46,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import orjson
 
@@ -64,6 +64,7 @@ from .controlfile import (
     VISIBLE_OFFSET,
     CountCache,
     Head,
+    Record,
     decode_head,
     encode_record,
     peek_count,
@@ -73,9 +74,7 @@ from .controlfile import (
 from .guard import REGISTRY, GuardClosed, SessionGuard
 from .layout import FileState, SessionFiles
 from .lines import count_newlines
-
-if TYPE_CHECKING:
-    from .txn import Root
+from .root import Root
 
 log = logging.getLogger("jsonl_sessions")
 _T = TypeVar("_T")
@@ -118,13 +117,10 @@ def rename_over(guard: SessionGuard, src: str, dst: str) -> None:
 
 
 # -- roll-forward records -----------------------------------------------------------------
-class Record(Protocol):
+class RollForward(Record, Protocol):
     """A roll-forward record: committed (written and fsynced) before its mutation touches
-    the session; once committed, whoever holds the guard next completes it."""
+    the session; once committed, whoever holds the guard next completes it (``apply``)."""
 
-    op: ClassVar[str]
-
-    def fields(self) -> dict[str, Any]: ...
     def apply(self, guard: SessionGuard, files: SessionFiles, *, durable: bool) -> None: ...
 
 
@@ -239,17 +235,77 @@ class Moves:
             _platform.fsync_dir(files.root)
 
 
+@dataclass(frozen=True, slots=True)
+class CutBack:
+    """An append that failed (its write or fsync raised) and whose own rollback could not
+    cut its bytes: the transcript's bytes from ``at`` were never acknowledged. Completing
+    it: truncate the transcript to ``at`` when it is longer (fsynced), so the append never
+    appears, whoever comes next (see :func:`roll_back`)."""
+
+    op: ClassVar[str] = "cut"
+    at: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"at": self.at}
+
+    @classmethod
+    def parse(cls, data: dict[str, Any]) -> CutBack:
+        return cls(_int(data, "at"))
+
+    def apply(self, guard: SessionGuard, files: SessionFiles, *, durable: bool) -> None:
+        def complete(fd: int, size: int) -> None:
+            if size > self.at:
+                cut(guard, fd, self.at, durable=durable)
+
+        _for_write(files, complete)
+
+
+def roll_back(guard: SessionGuard, files: SessionFiles, fd: int, at: int) -> Literal["cut", "pending", "unrecorded"]:
+    """After an append's write or fsync failed: cut the transcript open as ``fd`` back to
+    ``at`` (where the append began), with the counter odd (the caller makes it even).
+    Never raises; says what became of the bytes:
+
+    - ``"cut"``: they are gone (the visible end, if set, may be cleared now);
+    - ``"pending"``: the cut failed, and failed again after a :class:`CutBack` record was
+      committed (always fsynced): the record stays, and the next guard holder, or any
+      lock-free reader, completes it before using the transcript. Leave the visible end
+      set (and the record in place): no reader returns the bytes meanwhile;
+    - ``"unrecorded"``: not even the record could be written (a third fault): only the
+      visible end, if set, still hides the bytes, until someone finds it stale."""
+    with contextlib.suppress(OSError):
+        guard.begin_in_place()
+    try:
+        _platform.truncate(fd, at)
+        return "cut"
+    except OSError:
+        pass
+    record = CutBack(at)
+    try:
+        guard.write_record(record, durable=True)
+    except OSError:
+        log.error("session %r: an append failed, and neither cutting its bytes nor recording that they must be "
+                  "cut worked", files.key)
+        return "unrecorded"
+    try:
+        record.apply(guard, files, durable=True)
+        guard.clear_record(durable=True)
+    except OSError:
+        log.warning("session %r: the bytes of a failed append could not be cut; the next access cuts them", files.key)
+        return "pending"
+    return "cut"
+
+
 def _plain_name(name: object) -> bool:
     """A file name inside root (no separator, not . or ..): records never name anything else."""
     return isinstance(name, str) and bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name
 
 
-RECORD_TYPES: dict[str, type[AppendBatch | TailRewrite | Moves]] = {
-    cls.op: cls for cls in (AppendBatch, TailRewrite, Moves)
+RECORD_TYPES: dict[str, type[AppendBatch | TailRewrite | Moves | CutBack]] = {
+    cls.op: cls for cls in (AppendBatch, TailRewrite, Moves, CutBack)
 }
 
 
-def parse_record(raw: bytes, *, path: str | None = None, key: str | None = None) -> Record | None:
+def parse_record(raw: bytes, *, path: str | None = None, key: str | None = None) -> RollForward | None:
     """The committed record in ``raw`` (the control file's bytes from :data:`RECORD_OFFSET`);
     None when it was never committed (no final newline, or not a JSON object: a torn
     write). Raises :class:`CorruptControlError` (naming ``path`` and the record's offset)
@@ -397,6 +453,15 @@ def with_transcript(root: Root, files: SessionFiles, read: Callable[[int, int], 
     return result
 
 
+def without_control(files: SessionFiles, read: Callable[[int, int], _T]) -> _T | None:
+    """``read(fd, size)`` on the transcript opened read-only, without looking at the control
+    file: for a session whose control file cannot be used (not a regular file), where no
+    writer can take the guard, so no in-place change can overlap the read. None when the
+    session does not exist; :class:`UnsafePathError` for a transcript that is not a
+    regular file."""
+    return _read_only(files, lambda fd, st: read(fd, st.st_size))
+
+
 def _read_only(files: SessionFiles, use: Callable[[int, os.stat_result], _T]) -> _T | None:
     """``use(fd, fstat)`` on the transcript opened read-only (closed after); None when missing."""
     opened = files.open_transcript(os.O_RDONLY)
@@ -469,7 +534,7 @@ def _store_count(root: Root, files: SessionFiles, counted: os.stat_result, lines
 
 
 __all__ = ["COUNT", "COUNT_OFFSET", "DEFAULT", "HEAD_BYTES", "READ_RETRY_SECONDS", "RECORD_OFFSET", "RETIRED", "SEQ",
-           "SEQ_OFFSET", "VISIBLE_OFFSET", "AppendBatch", "CountCache", "Head", "Moves", "Record",
+           "SEQ_OFFSET", "VISIBLE_OFFSET", "AppendBatch", "CountCache", "CutBack", "Head", "Moves", "Record", "RollForward",
            "TailRewrite", "acquire", "consistent", "count", "count_with_size", "cut", "decode_head", "encode_record",
            "enter", "in_place", "parse_record", "peek_count", "read_control", "read_head", "read_transcript",
-           "recover", "rename_over", "try_recover", "with_transcript"]
+           "recover", "rename_over", "roll_back", "try_recover", "with_transcript", "without_control"]

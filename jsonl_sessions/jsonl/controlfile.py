@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import TYPE_CHECKING, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 import orjson
 
 from .. import _platform
 from ..errors import UnsafePathError
 from .layout import open_regular
-
-if TYPE_CHECKING:
-    from .control import Record
 
 VISIBLE_OFFSET = 0
 #: Bytes 0-7 of a lock file its remover unlinked while holding its flock (see
@@ -38,6 +35,16 @@ SEQ = struct.Struct("<Q")
 COUNT = struct.Struct("<QQQQQ")  # transcript inode, size, mtime (ns), lines, sequence counter
 #: How much of the control file one read takes first: the fixed part and a small record.
 HEAD_BYTES = 4096
+
+
+class Record(Protocol):
+    """What the control file holds of a roll-forward record: its ``op`` and its fields
+    (:func:`encode_record`). The records themselves, and how each is completed, are
+    :class:`jsonl_sessions.jsonl.control.RollForward`."""
+
+    op: ClassVar[str]
+
+    def fields(self) -> dict[str, Any]: ...
 
 
 class CountCache(NamedTuple):

@@ -40,7 +40,7 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import _platform
 from ..errors import LockTimeoutError
@@ -56,14 +56,12 @@ from .controlfile import (
     VISIBLE_OFFSET,
     CountCache,
     Head,
+    Record,
     control_of,
     encode_record,
 )
 from .layout import FileState, open_regular
 from .lines import Tail
-
-if TYPE_CHECKING:
-    from .control import Record
 
 log = logging.getLogger("jsonl_sessions")
 

@@ -61,7 +61,7 @@ from .lines import (
     skip_forward,
     starts_file,
 )
-from .transcript import parse, parse_file, warn_bad
+from .transcript import Parsed, parse, parse_file, warn_bad
 from .txn import Root, Tx, mutate
 
 log = logging.getLogger("jsonl_sessions")
@@ -90,12 +90,25 @@ class Session:
         return self.files.transcript_exists()
 
     def load(self) -> list[ChatMessage]:
-        """Every message, lenient: corrupt lines and a symlinked transcript are logged, skipped."""
+        """Every message, lenient: corrupt lines and a symlinked (or otherwise not regular)
+        transcript are logged, skipped. A control file that is not a regular file (a
+        directory, symlink or FIFO where ``<stem>.lock`` belongs) does not hide the
+        transcript: it is logged, and the transcript read without it (no writer can take
+        the session's guard then, so nothing rewrites it in place; the torn tail of an
+        append by another tool is ignored as always)."""
         files = self.files
+
+        def read(fd: int, size: int) -> Parsed:
+            return parse_file(fd, size, strict=False, key=files.key, path=files.transcript)
+
         try:
-            parsed = control.with_transcript(
-                self.root, files,
-                lambda fd, size: parse_file(fd, size, strict=False, key=files.key, path=files.transcript))
+            try:
+                parsed = control.with_transcript(self.root, files, read)
+            except UnsafePathError as exc:
+                if exc.path != files.lock:
+                    raise
+                log.warning("%s; reading the transcript without it", exc)
+                parsed = control.without_control(files, read)
         except UnsafePathError as exc:
             log.warning("%s", exc)
             return []

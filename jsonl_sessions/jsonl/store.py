@@ -93,7 +93,9 @@ class SessionStore(BaseStore):
       change is retried). A message is a complete line: a torn tail is never one, a
       corrupt line counts as a position and is skipped (logged) by the lenient reads; a
       symlinked transcript is skipped by :meth:`load` and raises
-      :class:`UnsafePathError` from :meth:`try_load`. Loads and :meth:`compact` cost
+      :class:`UnsafePathError` from :meth:`try_load`; a lock file that is not a regular
+      file raises it from :meth:`try_load` too, while :meth:`load` logs it and reads the
+      transcript without it. Loads and :meth:`compact` cost
       O(transcript).
     - Counts, windows and pages never parse more than they return: :meth:`get_message_count`
       is O(1) with the count cache; :meth:`get_message` and cursors use a binary search

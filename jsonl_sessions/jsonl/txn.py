@@ -34,20 +34,18 @@ import contextlib
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Literal
 
 from .. import _platform, sidecar
-from ..corruption import BOM
+from ..errors import SessionStoreError
 from ..types import Durability
-from . import quarantine
 from ._atomic import atomic_write, unlink_quietly, write_temp
 from .control import (
     DEFAULT,
     Moves,
-    Record,
+    RollForward,
     TailRewrite,
     acquire,
     cut,
@@ -56,68 +54,13 @@ from .control import (
     rename_over,
     try_recover,
 )
-from .guard import REGISTRY, SessionGuard, TranscriptView
+from .guard import SessionGuard, TranscriptView
 from .layout import FileState, SessionFiles
 from .lines import Tail, read_tail
+from .root import Root
+from .torn import cut_torn, save_torn
 
 log = logging.getLogger("jsonl_sessions")
-_MAX_CACHED_FILES = 4096
-
-
-@dataclass
-class Root:
-    """One store directory and its options, shared by every part of a store."""
-
-    path: str
-    durable: bool
-    lock_timeout: float | None
-    clock: Callable[[], int]
-    max_message_bytes: int
-    _files: dict[str, SessionFiles] = field(default_factory=dict, repr=False)
-
-    def files(self, key: str, stem: str | None = None) -> SessionFiles:
-        """The files of ``key`` (cached); ``stem``: its stem when already known (a listing
-        read it off the file name). Raises :class:`InvalidSessionKeyError`."""
-        try:
-            found = self._files.get(key)
-        except TypeError:  # an unhashable non-str key: SessionFiles.of raises InvalidSessionKeyError
-            found = None
-        if found is None:
-            found = SessionFiles.of(self.path, key, stem)
-            if len(self._files) > _MAX_CACHED_FILES:
-                self.close_views()
-                self._files.clear()
-            self._files[key] = found
-        return found
-
-    def close_views(self) -> None:
-        """Close the transcripts kept open for this store's sessions (those no thread holds)."""
-        REGISTRY.drop_views([files.lock for files in list(self._files.values())])
-
-    def close(self) -> None:
-        """Close every descriptor kept for the sessions of this directory (lock files and
-        transcripts) that no thread holds."""
-        REGISTRY.close_idle(self.path)
-
-
-def save_torn(root: Root, files: SessionFiles, fd: int, tail: Tail) -> str | None:
-    """Before a change that removes the torn tail of the transcript open as ``fd`` (a final
-    fragment without its newline): copy its bytes to a quarantine file (fsynced, directory
-    too) and log a warning naming the file and the byte count; the file's path. The
-    fragment is usually an append a crash cut short, but it may be a whole message whose
-    newline an outside truncate removed, so it is never cut unsaved. None, nothing
-    written, when there is no torn tail (or it is only a leading byte-order mark). Raises
-    ``OSError`` when the copy cannot be made: the caller's change must not run then.
-    Cost: O(torn bytes), and only when there is one."""
-    if not tail.torn:
-        return None
-    data = _platform.pread(fd, tail.size - tail.committed, tail.committed)
-    if not data or (tail.committed == 0 and data == BOM):
-        return None
-    path = quarantine.save(files, data, root.clock())
-    log.warning("session %r: saved the %d bytes of a torn tail (a last line without its newline) to %s "
-                "before removing it", files.key, len(data), path)
-    return path
 
 
 def mutate(root: Root, files: SessionFiles, timeout: float | None | Literal[False] = DEFAULT) -> Mutation:
@@ -264,13 +207,31 @@ class Tx:
         return self._tail
 
     def save_torn(self) -> str | None:
-        """Before a change that removes the open transcript's torn tail: save it (see
-        :func:`save_torn`), once per Tx; the quarantine file's path, or None when there
-        is no torn tail. Raises ``OSError`` when the copy cannot be made: the caller's
-        change must not run then."""
+        """Before a change that replaces the open transcript: save its torn tail (see
+        :func:`~jsonl_sessions.jsonl.torn.save_torn`), once per Tx; the quarantine file's
+        path, or None when there is no torn tail. Raises ``OSError`` when the copy cannot
+        be made: the caller's change must not run then."""
         if self.torn_saved is None:
             self.torn_saved = save_torn(self.root, self.files, self.fd, self.tail())
         return self.torn_saved
+
+    def _end_as_read(self) -> None:
+        """Before a change in place computed from :meth:`tail`: cut a torn tail (settled,
+        saved and checked: :func:`~jsonl_sessions.jsonl.torn.cut`) and check that the file
+        still ends where the tail was read, so the change removes no line another process
+        appended meanwhile without the session's lock (:class:`SessionStoreError`, nothing
+        changed by the caller then). One ``fstat``; more only with a torn tail."""
+        tail = self.tail()
+        if tail.torn:
+            after, st = cut_torn(self.root, self.files, self.guard, self.fd, tail)
+            self.changed(st, after)
+            end = after.size
+        else:
+            end = _platform.fstat(self.fd).st_size
+        if end != tail.committed:
+            raise SessionStoreError(f"session {self.files.key!r}: {self.files.transcript} grew while it was being "
+                                    "changed (another process appends to it without the session's lock); "
+                                    "nothing removed, try again")
 
     def read_all(self) -> bytes:
         """Every byte of the open transcript. O(transcript)."""
@@ -304,7 +265,7 @@ class Tx:
             return None
 
     # -- journaled steps -----------------------------------------------------------------
-    def journaled(self, record: Record) -> None:
+    def journaled(self, record: RollForward) -> None:
         """Commit ``record`` and complete it; past the commit, a failure settles."""
         self.guard.write_record(record, self.durable)
         try:
@@ -325,9 +286,8 @@ class Tx:
         """Cut the open transcript at ``at`` (a line boundary), removing ``removed``
         complete lines (``remaining``: the lines left, when the caller knows). One
         ``ftruncate``, counter odd around it; a torn tail is saved first
-        (:meth:`save_torn`). O(1), and O(torn bytes) when there is one."""
-        if self.tail().torn:
-            self.save_torn()
+        (:meth:`_end_as_read`). O(1), and O(torn bytes) when there is one."""
+        self._end_as_read()
         before = self.known_count()
         self.guard.changes += 1
         cut(self.guard, self.fd, at, durable=self.durable)
@@ -341,9 +301,8 @@ class Tx:
     def rewrite_tail(self, at: int, line: bytes) -> None:
         """Replace the open transcript's bytes from ``at`` (the last line's start) with
         ``line`` (one line with its newline), through a :class:`TailRewrite` record
-        (a torn tail saved first: :meth:`save_torn`)."""
-        if self.tail().torn:
-            self.save_torn()
+        (a torn tail cut first, and the end checked: :meth:`_end_as_read`)."""
+        self._end_as_read()
         before = self.known_count()
         self.guard.changes += 1
         self.journaled(TailRewrite(at, line))

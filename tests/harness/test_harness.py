@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -95,10 +96,14 @@ def transcript(store: Any, key: str) -> str:
 
 
 def existing_torn(store: Any) -> None:
+    """A crash's leftover from a while ago (modified 10 s back: no writer is still at it,
+    so the store need not wait for it to stand still)."""
     existing(store)
     assert os.path.exists(transcript(store, K))
     with open(transcript(store, K), "ab") as f:
         f.write(b'{"id":"7ZZZZZZZZZZZZZZZZZZZZZZZZZ","role":"user","content":"torn')
+    ago = time.time_ns() - 10 * 10**9
+    os.utime(transcript(store, K), ns=(ago, ago))
 
 
 def existing_with_duplicate(store: Any) -> None:

@@ -162,8 +162,8 @@ class RewriteClearsFirst(SessionStore):
         super().rewrite_messages(key, msgs)
 
 
-def _commit_without_rollback(root: Root, guard: SessionGuard, view: Any, fd: int, st: Any, tail: Tail, data: bytes,
-                             new_ids: list[str], clean: bool, *, atomic: bool) -> None:
+def _commit_without_rollback(root: Root, files: Any, guard: SessionGuard, view: Any, fd: int, st: Any, tail: Tail,
+                             data: bytes, new_ids: list[str], clean: bool, *, atomic: bool) -> None:
     """The append's write without its rollback (nor its bookkeeping: a kept view no longer
     matches the file, so the next append reads the tail again)."""
     guard.changes += 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -81,9 +82,14 @@ def existing(store: SessionStore) -> None:
 
 
 def existing_torn(store: SessionStore) -> None:
+    """A crash's leftover from a while ago (modified 10 s back: no writer is still at it,
+    so the store need not wait for it to stand still)."""
     existing(store)
-    with open(os.path.join(store.root, KEY + ".jsonl"), "ab") as f:
+    path = os.path.join(store.root, KEY + ".jsonl")
+    with open(path, "ab") as f:
         f.write(b'{"id":"01ZZZZZZZZZZZZZZZZZZZZZZZZ","role":"user","content":"torn')
+    ago = time.time_ns() - 10 * 10**9
+    os.utime(path, ns=(ago, ago))
 
 
 def missing(store: SessionStore) -> None:

@@ -102,7 +102,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "sidecar": {"load": ["hello a"], "try_load": ["hello a"], "append": str, "count": 1,
                 "metadata": CorruptMetadataError, "exists": True, "list": ["a", "b"], "listed": ["a", "b"],
                 "search": ["a", "b"]},
-    "lock": {"load": [], "try_load": UnsafePathError, "append": UnsafePathError, "count": UnsafePathError,
+    "lock": {"load": ["hello a"], "try_load": UnsafePathError, "append": UnsafePathError, "count": UnsafePathError,
              "metadata": UnsafePathError, "exists": True, "list": ["a", "b"], "listed": ["a", "b"],
              "search": ["b"]},
 }
@@ -110,7 +110,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
 
 #: The listings that name session "a"'s odd file in a warning (``list_sessions`` reads
 #: only the directory, so it sees only an odd transcript).
-WARNED = {"transcript": {"list", "listed", "search"}, "sidecar": {"listed", "search"}, "lock": {"listed", "search"}}
+WARNED = {"transcript": {"list", "listed", "search"}, "sidecar": {"listed", "search"},
+          "lock": {"load", "listed", "search"}}
 
 
 @pytest.mark.parametrize("kind", ["fifo", "directory"])

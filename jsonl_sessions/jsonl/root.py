@@ -1,0 +1,55 @@
+"""A store directory and its options (:class:`Root`), shared by every part of a JSONL store.
+
+Its own module so that the protocol (:mod:`jsonl_sessions.jsonl.control`) and the
+mutations built on it (:mod:`jsonl_sessions.jsonl.txn`) both import it downward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .guard import REGISTRY
+from .layout import SessionFiles
+
+#: The most sessions whose file names a :class:`Root` keeps before it starts over.
+_MAX_CACHED_FILES = 4096
+
+
+@dataclass
+class Root:
+    """One store directory and its options, shared by every part of a store."""
+
+    path: str
+    durable: bool
+    lock_timeout: float | None
+    clock: Callable[[], int]
+    max_message_bytes: int
+    _files: dict[str, SessionFiles] = field(default_factory=dict, repr=False)
+
+    def files(self, key: str, stem: str | None = None) -> SessionFiles:
+        """The files of ``key`` (cached); ``stem``: its stem when already known (a listing
+        read it off the file name). Raises :class:`InvalidSessionKeyError`."""
+        try:
+            found = self._files.get(key)
+        except TypeError:  # an unhashable non-str key: SessionFiles.of raises InvalidSessionKeyError
+            found = None
+        if found is None:
+            found = SessionFiles.of(self.path, key, stem)
+            if len(self._files) > _MAX_CACHED_FILES:
+                self.close_views()
+                self._files.clear()
+            self._files[key] = found
+        return found
+
+    def close_views(self) -> None:
+        """Close the transcripts kept open for this store's sessions (those no thread holds)."""
+        REGISTRY.drop_views([files.lock for files in list(self._files.values())])
+
+    def close(self) -> None:
+        """Close every descriptor kept for the sessions of this directory (lock files and
+        transcripts) that no thread holds."""
+        REGISTRY.close_idle(self.path)
+
+
+__all__ = ["Root"]
