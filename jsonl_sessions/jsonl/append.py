@@ -242,13 +242,14 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
     try:
         if tail is None:
             tail = read_tail(fd, st.st_size)
+        # tail.torn, written out (committed != size): the property is a call, on every append.
         while True:
-            if tail.torn:  # a crash's leftover, or a line another process is still writing
+            if tail.committed != tail.size:  # a crash's leftover, or a line another process is still writing
                 tail, settled = torn.settle(root, files, fd, tail)
                 if settled is not None:
                     st, last, clean = settled, "", False
             new_ids, data = _encode(root, key, fd, tail, last, msgs, group)
-            if not (data and tail.torn):
+            if not data or tail.committed == tail.size:
                 break
             cut_tail, st = torn.cut_torn(root, files, guard, fd, tail)
             if cut_tail.committed == tail.committed:
