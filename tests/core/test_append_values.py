@@ -74,7 +74,9 @@ def outcome(build: Any, data: Any) -> tuple[str, Any]:
     try:
         message = build(data)
     except InvalidMessageError as exc:
-        return "error", str(exc)
+        # The reason may be worded apart ({"role": None}: "needs a 'role'" / "role must be a
+        # string"); the refusal is the same.
+        return "error", type(exc)
     return "message", list(message._data.items())
 
 
