@@ -164,8 +164,8 @@ def syscall_group(base: str, count: int, closers: list[Callable[[], object]]) ->
                  floor="write", ours="write").finish()
 
 
-def call_counts(base: str, mode: str) -> tuple[float, float, list[tuple[str, float]]]:
-    """Python calls and C calls per warm append (sys.setprofile over 1,000 appends), and the
+def call_counts(base: str, mode: str, n: int = 1000) -> tuple[float, float, list[tuple[str, float]]]:
+    """Python calls and C calls per warm append (sys.setprofile over ``n`` appends), and the
     Python functions called, per append."""
     store = SessionStore(os.path.join(base, f"calls-{mode}"), durability=mode)  # type: ignore[arg-type]
     for _ in range(5):
@@ -179,7 +179,6 @@ def call_counts(base: str, mode: str) -> tuple[float, float, list[tuple[str, flo
         elif event == "c_call":
             c[0] += 1
 
-    n = 1000
     sys.setprofile(profile)
     try:
         for _ in range(n):
@@ -232,6 +231,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="fewer appends, for a smoke run")
     p.add_argument("--flush", type=int, default=20_000, metavar="N", help="flush appends per implementation")
     p.add_argument("--fsync", type=int, default=1_500, metavar="N", help="fsync appends per implementation")
+    p.add_argument("--calls", type=int, default=1000, metavar="N", help="appends the call counts are taken over")
     p.add_argument("--dir", metavar="DIR", default=None, help="make the temp dir inside DIR")
     p.add_argument("--baseline-rev", metavar="REV", default=None,
                    help="also time the package as it was at git revision REV, taking turns")
@@ -253,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         groups = [append_group(base, "flush", n_flush, pool, old, closers),
                   append_group(base, "fsync", n_fsync, pool, old, closers),
                   syscall_group(base, n_flush, closers)]
-        counts = {mode: call_counts(base, mode) for mode in ("flush", "fsync")}
+        counts = {mode: call_counts(base, mode, max(args.calls, 1)) for mode in ("flush", "fsync")}
     finally:
         for close in reversed(closers):
             try:
@@ -268,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     for mode, (py, c, names) in counts.items():
         print(f'calls per warm append, durability="{mode}": {py:.0f} Python, {c:.0f} C '
-              f"(sys.setprofile, 1,000 appends of a {len(MESSAGE['content'])}-character message)")
+              f"(sys.setprofile, {args.calls:,} appends of a {len(MESSAGE['content'])}-character message)")
         print("  " + ", ".join(f"{name}" + (f" x{k:g}" if k != 1 else "") for name, k in names))
     if args.markdown:
         print()

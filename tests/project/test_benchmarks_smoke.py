@@ -134,7 +134,7 @@ def test_append_path_benchmark_reports_every_row(tmp_path: pathlib.Path, capsys:
     from benchmarks.bare import BareAppend
     from jsonl_sessions import SessionStore
 
-    assert appendpath.main(["--flush", "20", "--fsync", "3", "--dir", str(tmp_path)]) == 0
+    assert appendpath.main(["--flush", "20", "--fsync", "3", "--calls", "20", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     for label in ("bare Python: the same system calls", "bare Python, every call through", "without the fstat",
                   "without the count cache", "control file mapped", "pwrite(2) of the 40-byte count cache",
