@@ -110,10 +110,6 @@ class TranscriptView:
                 f"mtime={self.mtime}, seq={self.seq}, tail={self.tail!r}, clean={self.clean}, "
                 f"last_id={self.last_id!r})")
 
-    @property
-    def file(self) -> FileState:
-        return FileState(self.dev, self.ino, self.size, self.mtime)
-
     # The two checks are FileState's (same_file, unchanged), made on the view's own fields:
     # the append path runs them on every append, without building a FileState.
     def same_file(self, st: os.stat_result) -> bool:
