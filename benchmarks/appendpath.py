@@ -7,6 +7,7 @@ Run from the repository root::
     python -m benchmarks.appendpath                    # both modes, ~1 min
     python -m benchmarks.appendpath --quick            # smoke run
     python -m benchmarks.appendpath --baseline-rev REV # also the package at git revision REV
+    python -m benchmarks.appendpath --loop ours flush 1200   # untimed appends, for an instruction counter
 
 Rows of each mode (``"flush"``, ``"fsync"``), per message, realistic messages
 (``MessageFactory``):
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import collections
 import fcntl
+import functools
 import mmap
 import os
 import shutil
@@ -104,7 +106,7 @@ def append_group(base: str, mode: str, count: int, pool: list[dict[str, Any]], b
         os.makedirs(os.path.join(d, name))
         variant = BareAppend(os.path.join(d, name), durable=not flush, **options)
         closers.append(variant.close)
-        ops[name] = lambda i, f=variant.append: f(pool[i % size])
+        ops[name] = functools.partial(_append_nth, variant.append, pool)
     samples = interleaved(ops, count=count, block=BLOCK_FAST if flush else BLOCK_SLOW, warmup=100 if flush else 10)
     rows = [
         Row("floor", "floor: os.write of the encoded line" + ("" if flush else " + fsync"), samples["floor"]),
@@ -118,6 +120,10 @@ def append_group(base: str, mode: str, count: int, pool: list[dict[str, Any]], b
     return Group(f"append_{mode}", f'append, durability="{mode}"', f"per message, {count:,} appends", rows).finish()
 
 
+def _append_nth(append: Callable[[dict[str, Any]], object], pool: list[dict[str, Any]], i: int) -> object:
+    return append(pool[i % len(pool)])
+
+
 def syscall_group(base: str, count: int, closers: list[Callable[[], object]]) -> Group:
     """Each system call of a warm flush append, alone, on files like the store's."""
     d = os.path.join(base, "calls")
@@ -126,7 +132,8 @@ def syscall_group(base: str, count: int, closers: list[Callable[[], object]]) ->
     lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
     os.pwrite(lock_fd, bytes(56), 0)
     fd = open_append(path)
-    closers.append(lambda: (os.close(fd), os.close(lock_fd)))
+    closers.append(functools.partial(os.close, fd))
+    closers.append(functools.partial(os.close, lock_fd))
     line = b'{"id":"01JABCDEFGHJKMNPQRSTVWXYZ0","created_at":1733300000000,"role":"user"}'.ljust(599) + b"\n"
     count_bytes = bytes(40)
     mapped = mmap.mmap(lock_fd, 56)
@@ -175,7 +182,7 @@ def call_counts(base: str, mode: str, n: int = 1000) -> tuple[float, float, list
 
     def profile(frame: FrameType, event: str, _arg: Any) -> None:
         if event == "call":
-            py[frame.f_code.co_qualname] += 1
+            py[getattr(frame.f_code, "co_qualname", frame.f_code.co_name)] += 1
         elif event == "c_call":
             c[0] += 1
 
@@ -240,8 +247,33 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def loop(impl: str, durability: str, count: int) -> int:
+    """``count`` warm appends of realistic messages by the store (``ours``) or the bare
+    function (``bare``), untimed: the body an instruction counter measures (see
+    benchmarks/README.md, "One append, taken apart")."""
+    pool = MessageFactory().make(1000, salt=1)
+    base = tempfile.mkdtemp(prefix="jsonl-sessions-appendloop-")
+    try:
+        if impl == "bare":
+            bare = BareAppend(base, durable=durability == "fsync")
+            append: Callable[[dict[str, Any]], object] = bare.append
+        else:
+            store = SessionStore(base, durability=durability)  # type: ignore[arg-type]
+            append = functools.partial(store.append, "k")
+        for i in range(50):
+            append(pool[i])
+        for i in range(count):
+            append(pool[i % 1000])
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["--loop"]:  # python -m benchmarks.appendpath --loop ours|bare flush|fsync COUNT
+        return loop(raw[1], raw[2], int(raw[3]))
+    args = parse_args(raw)
     n_flush, n_fsync = (600, 60) if args.quick else (args.flush, args.fsync)
     base = tempfile.mkdtemp(prefix="jsonl-sessions-appendpath-", dir=args.dir)
     closers: list[Callable[[], object]] = []
