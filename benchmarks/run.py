@@ -37,6 +37,7 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`: import the package 
 
 from benchmarks import baseline as older
 from benchmarks import sqlite_backend as backend
+from benchmarks.bare import BareAppend
 from benchmarks.concurrency import concurrency_goals, run_concurrency
 from benchmarks.environ import environment, header_lines, load_average
 from benchmarks.measure import BLOCK_FAST, BLOCK_SLOW, Group, Row, Target, interleaved, repeated
@@ -172,6 +173,9 @@ class Bench:
         self._closers.append(lambda: os.close(fd))
         write, fsync = os.write, os.fsync
         append = store.append
+        os.makedirs(os.path.join(d, "bare"))
+        bare_loop = BareAppend(os.path.join(d, "bare"), durable=not flush)
+        self._closers.append(bare_loop.close)
 
         if flush:
             def floor(i: int) -> None:
@@ -185,6 +189,7 @@ class Bench:
         db = self.backend(d, mode)
         ops: dict[str, Callable[[int], object]] = {
             "floor": floor,
+            "bare": lambda i: bare_loop.append(pool[i % size]),
             "jsonl_sessions": lambda i: append(key, pool[i % size]),
             "sqlite_wal_" + ("normal" if flush else "full"): lambda i: peer.append(key, pool[i % size]),
             backend.ROW: lambda i: db.append(key, pool[i % size]),
@@ -204,6 +209,7 @@ class Bench:
         rows = [
             Row("floor", "floor: os.write of the encoded line, O_APPEND" + ("" if flush else " + fsync"),
                 samples["floor"]),
+            Row("bare", "bare Python: the same system calls and checks, one function", samples["bare"]),
             Row("jsonl_sessions", f'jsonl_sessions append, durability="{mode}"', samples["jsonl_sessions"]),
             Row(f"sqlite_wal_{sync.lower()}", f"sqlite3 WAL sync={sync} autocommit, (session,id) PK",
                 samples[f"sqlite_wal_{sync.lower()}"]),
@@ -459,6 +465,10 @@ def goals(groups: Sequence[Group], sizes: Sizes) -> list[Target]:
         return by_id[gid].row(num).median_ns / by_id[gid].row(den).median_ns
 
     out = [
+        Target("bare_flush", 'append "flush" / bare Python making the same system calls (benchmarks/bare.py)',
+               "ours / bare", ratio("append_flush", "jsonl_sessions", "bare"), "<= 1.15"),
+        Target("bare_fsync", 'append "fsync" / bare Python making the same system calls',
+               "ours / bare", ratio("append_fsync", "jsonl_sessions", "bare"), "<= 1.15"),
         Target("durable_append", "durable append rate / a raw os.write+os.fsync loop on one open fd",
                "floor / ours", ratio("append_fsync", "floor", "jsonl_sessions"), ">= 0.85"),
         Target("flush_append", "flush append rate / sqlite3 WAL NORMAL autocommit INSERT, INTEGER PRIMARY KEY",
@@ -472,7 +482,8 @@ def goals(groups: Sequence[Group], sizes: Sizes) -> list[Target]:
                ratio("append_many_fsync", "jsonl_sessions", "floor"), "<= 1.5"),
     ]
     # With --baseline-rev: the same ratios for the older package, measured in this same run.
-    before = {"durable_append": ("append_fsync", "floor", "baseline"),
+    before = {"bare_flush": ("append_flush", "baseline", "bare"), "bare_fsync": ("append_fsync", "baseline", "bare"),
+              "durable_append": ("append_fsync", "floor", "baseline"),
               "flush_append": ("append_flush", "sqlite_intpk_normal", "baseline"),
               "rewrite": ("rewrite_fsync", "baseline", "floor")}
     for target in list(out):

@@ -33,9 +33,12 @@ def record_of(message: ChatMessage, message_id: str, created_at: int) -> dict[st
     with an id and a time), it is returned as it is, not copied: a record is only ever
     encoded, never changed."""
     data = message._data
-    if (data.get("id") == message_id and data.get("created_at") == created_at and data.get("kind")
-            and tuple(data)[:5] == RESERVED_FIELDS):
-        return data
+    if tuple(data)[:5] == RESERVED_FIELDS and data["kind"]:  # every field there, in line order
+        if data["id"] == message_id and data["created_at"] == created_at:
+            return data
+        record = data.copy()  # the extras come along in C
+        record["id"], record["created_at"] = message_id, created_at
+        return record
     record = {
         "id": message_id,
         "created_at": created_at,

@@ -56,13 +56,31 @@ def now_ms() -> int:
 
 def encode(value: int) -> str:
     """The 26-char ULID text of a 128-bit integer."""
+    # The first 16 characters (the 48-bit time with its 2 pad bits, and the upper 30 random
+    # bits) are reused while they are the same as last time: the next id of a session is
+    # usually the previous one plus a step below 2**40, which changes only the last 10
+    # characters (but once in about a thousand). Those are 5 lookups shifting a 50-bit
+    # integer, not the 128-bit one.
+    global _head_text
     t = _PAIRS
-    n = value
-    return "".join((
-        t[n >> 120], t[(n >> 110) & 1023], t[(n >> 100) & 1023], t[(n >> 90) & 1023],
-        t[(n >> 80) & 1023], t[(n >> 70) & 1023], t[(n >> 60) & 1023], t[(n >> 50) & 1023],
-        t[(n >> 40) & 1023], t[(n >> 30) & 1023], t[(n >> 20) & 1023], t[(n >> 10) & 1023], t[n & 1023],
-    ))
+    top = value >> 50
+    cached = _head_text
+    if cached[0] == top:
+        head = cached[1]
+    else:
+        ms, hi = top >> 30, top & 0x3FFFFFFF
+        head = "".join((t[ms >> 40], t[(ms >> 30) & 1023], t[(ms >> 20) & 1023], t[(ms >> 10) & 1023], t[ms & 1023],
+                        t[hi >> 20], t[(hi >> 10) & 1023], t[hi & 1023]))
+        _head_text = (top, head)
+    lo = value & _MASK50
+    return "".join((head, t[lo >> 40], t[(lo >> 30) & 1023], t[(lo >> 20) & 1023], t[(lo >> 10) & 1023],
+                    t[lo & 1023]))
+
+
+#: The upper 78 bits :func:`encode` last wrote and their 16 characters (replaced as one
+#: tuple: thread-safe).
+_head_text: tuple[int, str] = (-1, "")
+_MASK50 = (1 << 50) - 1
 
 
 def decode(text: str) -> int | None:

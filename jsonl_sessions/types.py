@@ -20,6 +20,7 @@ from .errors import InvalidMessageError
 #: The fields every transcript line carries; every other field is an extra.
 RESERVED_FIELDS = ("id", "created_at", "role", "kind", "content")
 _RESERVED = frozenset(RESERVED_FIELDS)
+_STR_ONLY = {str}
 
 SessionStateName = Literal["idle", "running", "error"]
 
@@ -221,16 +222,31 @@ def _check_field_types(role: object, id: object, created_at: object, kind: objec
 
 
 def as_message(message: ChatMessage | Mapping[str, Any]) -> ChatMessage:
-    """Accept a :class:`ChatMessage` or a plain dict with at least ``role``."""
+    """Accept a :class:`ChatMessage` or a plain dict with at least ``role`` (checked as
+    :meth:`ChatMessage.from_dict` checks it)."""
+    if type(message) is dict:  # the common case, built here without the constructor's calls
+        get = message.get
+        role, mid, created, kind = get("role"), get("id") or "", get("created_at"), get("kind") or "message"
+        plain = message.keys() <= _RESERVED
+        if role is None and (plain or "role" not in message):
+            raise InvalidMessageError(reason="a message needs a 'role'")
+        if not (isinstance(role, str) and isinstance(mid, str) and isinstance(kind, str)
+                and (created is None or type(created) is int)):
+            _check_field_types(role, mid, created, kind)  # raises the error of the wrong field
+        data = {"id": mid, "created_at": created, "role": role, "kind": kind, "content": get("content")}
+        if not plain:
+            if set(map(type, message)) != _STR_ONLY:  # a name that is not a str (or a subclass of it)
+                for name in message:
+                    if not isinstance(name, str):
+                        raise InvalidMessageError(reason=f"extra field {name!r} is reserved or not a string")
+            # The extras in their order after the five fields (which keep their places), in C.
+            data.update(message)
+            data["id"], data["kind"] = mid, kind  # as normalised above ("" and "message" for a missing one)
+        msg = _new(ChatMessage)
+        _set_data(msg, data)
+        return msg
     if isinstance(message, ChatMessage):
         return message
-    if type(message) is dict and message.keys() <= _RESERVED:  # the common {"role", "content"} dict
-        role, mid, created, kind = (message.get("role"), message.get("id") or "", message.get("created_at"),
-                                    message.get("kind") or "message")
-        if role is None:
-            raise InvalidMessageError(reason="a message needs a 'role'")
-        _check_field_types(role, mid, created, kind)
-        return from_record({"id": mid, "created_at": created, "role": role, "kind": kind, "content": message.get("content")})
     return ChatMessage.from_dict(message)
 
 

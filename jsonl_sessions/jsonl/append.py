@@ -39,8 +39,9 @@ fails every append it covered). The others wait on a condition variable and neve
 the guard or the file. A lone thread never queues: it takes the guard and writes.
 
 System calls of an append to a warm session: flock, pread of the control file, lstat,
-write, fstat, pwrite of the count cache, unlock; ``"fsync"`` mode adds a pwrite of the
-visible end before the write, an fsync and a pwrite after it.
+write, fstat, pwrite of the count cache, unlock (7); ``"fsync"`` mode sets the visible
+end (a pwrite) before the write, makes the fstat before an fsync, and after the fsync
+clears the visible end and writes the count cache in one pwrite (9).
 """
 
 from __future__ import annotations
@@ -223,11 +224,11 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
         except BaseException:
             guard.drop_view()
             raise
-        seen = view.file
-        if stat.S_ISREG(st.st_mode) and seen.same_file(st):
+        if view.unchanged(st, guard.seq) and stat.S_ISREG(st.st_mode):  # the usual case: one check
             fd = view.fd
-            if view.seq == guard.seq and seen.unchanged(st):
-                tail, clean, last = view.tail, view.clean, view.last_id
+            tail, clean, last = view.tail, view.clean, view.last_id
+        elif stat.S_ISREG(st.st_mode) and view.same_file(st):
+            fd = view.fd
         else:
             guard.drop_view()
             view = None
@@ -241,13 +242,14 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
     try:
         if tail is None:
             tail = read_tail(fd, st.st_size)
+        # tail.torn, written out (committed != size): the property is a call, on every append.
         while True:
-            if tail.torn:  # a crash's leftover, or a line another process is still writing
+            if tail.committed != tail.size:  # a crash's leftover, or a line another process is still writing
                 tail, settled = torn.settle(root, files, fd, tail)
                 if settled is not None:
                     st, last, clean = settled, "", False
             new_ids, data = _encode(root, key, fd, tail, last, msgs, group)
-            if not (data and tail.torn):
+            if not data or tail.committed == tail.size:
                 break
             cut_tail, st = torn.cut_torn(root, files, guard, fd, tail)
             if cut_tail.committed == tail.committed:
@@ -267,7 +269,8 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
     except BaseException as exc:
         _fail(group, exc)
         raise
-    _done(group)
+    if group is not None:
+        _done(group)
     return new_ids
 
 
@@ -313,8 +316,11 @@ def _commit(root: Root, files: SessionFiles, guard: SessionGuard, view: Transcri
     record first; lines of separate appends (not ``atomic``) do not: a crash may keep a
     prefix of them, none acknowledged yet.
 
-    Durable mode: the counter is odd throughout for a batch, else the visible end hides the new bytes from lock-free
-    readers (one ``pwrite`` before the write, one after the fsync). If clearing it fails,
+    Durable mode: the counter is odd throughout for a batch, else the visible end hides the
+    new bytes from lock-free readers (one ``pwrite`` before the write, one after the fsync,
+    which also writes the count cache: the ``fstat`` it needs is made before the fsync, as
+    the write already set the size and mtime, so that after the fsync only that ``pwrite``
+    and the unlock remain). If clearing it fails,
     the lines are cut as after a failed fsync (a reader may not see them until the next
     guard holder clears it, and the append is not acknowledged). Failing to finish the
     bookkeeping after a successful write (the counter made even again, the record
@@ -338,12 +344,24 @@ def _commit(root: Root, files: SessionFiles, guard: SessionGuard, view: Transcri
         guard.begin_in_place()
     elif hide:
         guard.hide_from(committed)
+    # The tail the lines leave, made before the write: after a durable append's fsync only
+    # the control file's write and the unlock remain. Tail(...), without its __new__'s frame.
+    end = committed + len(data)
+    nl = data.rfind(b"\n", 0, len(data) - 1)
+    written = _new_tuple(Tail, (end, end, committed + nl + 1, data[nl + 1 : -1]))
+    after: os.stat_result | None = None  # the transcript after the write, stat'ed before the fsync
+    counted = False  # whether clearing the visible end wrote the count cache too
     try:
         _platform.write(fd, data)
         if durable:
+            after = _stat_or_none(fd)
             _platform.fsync(fd)
         if hide:
-            guard.show_all()
+            if before is not None and after is not None and after.st_size == committed + len(data):
+                guard.show_all(after, before + lines)
+                counted = True
+            else:  # no count known, or a foreign writer appended too: count later
+                guard.show_all()
     except BaseException:
         in_place = True
         outcome = roll_back(guard, files, fd, committed)  # even if the counter could not be marked
@@ -361,28 +379,41 @@ def _commit(root: Root, files: SessionFiles, guard: SessionGuard, view: Transcri
                     guard.clear_record(durable)
             except OSError:
                 pass
-    try:
-        st = _platform.fstat(fd)
-    except OSError:
-        _drop(guard, view, fd)
-        return
-    end = committed + len(data)
+    if after is not None:
+        st = after
+    else:
+        try:
+            st = _platform.fstat(fd)
+        except OSError:
+            _drop(guard, view, fd)
+            return
     if st.st_size == end:
-        nl = data.rfind(b"\n", 0, len(data) - 1)
-        kept = TranscriptView.of(fd, st, guard.seq, Tail(end, end, committed + nl + 1, data[nl + 1 : -1]), clean,
-                                 new_ids[-1])
+        new_tail: Tail | None = written
+        last = new_ids[-1]
     else:  # a foreign writer appended too: read the tail again, count later
-        kept = TranscriptView.of(fd, st, guard.seq, None)
+        new_tail, clean, last = None, False, ""
         before = None
     if view is not None:
-        guard.view = kept  # the same descriptor, already counted
+        view.advance(st, guard.seq, new_tail, clean, last)  # the same descriptor, already counted
+        guard.view = view
     else:
-        guard.keep_view(kept, counted=False)
-    if before is not None:
+        guard.keep_view(TranscriptView.of(fd, st, guard.seq, new_tail, clean, last), counted=False)
+    if before is not None and not counted:
         try:
             guard.write_count(st, before + lines)
         except OSError:  # a cache: the next reader rebuilds it
             pass
+
+
+_new_tuple = tuple.__new__
+
+
+def _stat_or_none(fd: int) -> os.stat_result | None:
+    """``fstat`` of ``fd``, None when it fails (the caller stats again later, or does without)."""
+    try:
+        return _platform.fstat(fd)
+    except OSError:
+        return None
 
 
 def _drop(guard: SessionGuard, view: TranscriptView | None, fd: int) -> None:

@@ -99,7 +99,7 @@ class Head(NamedTuple):
 
 
 #: The fixed part (bytes 0-55) in one unpack: visible end or retired mark, counter, count cache.
-_FIXED = struct.Struct("<7Q")
+FIXED = _FIXED = struct.Struct("<7Q")
 _RETIRED_VALUE = int.from_bytes(RETIRED, "little")
 
 
@@ -130,7 +130,12 @@ def read_control(fd: int) -> Head:
     record holds a line as long as the store accepts, escaped: it can be several times
     ``max_message_bytes``). One read when the record is small, else also an ``fstat`` and
     one read of the rest. Recovery and ``verify`` both read records through this."""
-    raw = _platform.pread(fd, HEAD_BYTES, 0)
+    return control_of(fd, _platform.pread(fd, HEAD_BYTES, 0))
+
+
+def control_of(fd: int, raw: bytes) -> Head:
+    """:func:`read_control` of ``fd``, whose first :data:`HEAD_BYTES` are ``raw`` (read
+    by the caller): the rest of a long record is read too."""
     if len(raw) == HEAD_BYTES and raw[RECORD_OFFSET]:
         raw += _read_to_end(fd, HEAD_BYTES)
     return decode_head(raw)

@@ -40,22 +40,25 @@ import logging
 import os
 import threading
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 from .. import _platform
 from ..errors import LockTimeoutError
 from .controlfile import (
     COUNT,
     COUNT_OFFSET,
+    FIXED,
+    HEAD_BYTES,
     RECORD_OFFSET,
     RETIRED,
     SEQ,
     SEQ_OFFSET,
     VISIBLE_OFFSET,
     CountCache,
+    Head,
     Record,
+    control_of,
     encode_record,
-    read_control,
 )
 from .layout import FileState, open_regular
 from .lines import Tail
@@ -70,22 +73,24 @@ _MAX_DELAY = 0.005
 MAX_VIEWS = 128
 
 
-class TranscriptView(NamedTuple):
+class TranscriptView:
     """A transcript kept open between two mutations: its descriptor (``O_APPEND``), the
     file as the last mutation left it (device, inode, size, mtime in ns), the control
     file's counter then, its tail when known (None: read it again), and whether every
-    line of it is known to parse (the store wrote them all, or checked them)."""
+    line of it is known to parse (the store wrote them all, or checked them).
 
-    fd: int
-    dev: int
-    ino: int
-    size: int
-    mtime: int
-    seq: int
-    tail: Tail | None
-    clean: bool = False
-    #: The id of the tail's last line, when the writer of that line kept it ("": read it off the line).
-    last_id: str = ""
+    Only the guard's holder reads or changes it. An append through the kept descriptor
+    moves it forward in place (:meth:`advance`) rather than making a new one."""
+
+    __slots__ = ("clean", "dev", "fd", "ino", "last_id", "mtime", "seq", "size", "tail")
+
+    def __init__(self, fd: int, dev: int, ino: int, size: int, mtime: int, seq: int, tail: Tail | None,
+                 clean: bool = False, last_id: str = "") -> None:
+        self.fd, self.dev, self.ino, self.size, self.mtime, self.seq = fd, dev, ino, size, mtime, seq
+        self.tail = tail
+        self.clean = clean
+        #: The id of the tail's last line, when the writer of that line kept it ("": read it off the line).
+        self.last_id = last_id
 
     @classmethod
     def of(cls, fd: int, st: os.stat_result, seq: int, tail: Tail | None, clean: bool = False,
@@ -93,19 +98,30 @@ class TranscriptView(NamedTuple):
         """The view of the transcript open as ``fd``, as ``st`` (its fstat) describes it."""
         return cls(fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, seq, tail, clean, last_id)
 
-    @property
-    def file(self) -> FileState:
-        return FileState(self.dev, self.ino, self.size, self.mtime)
+    def advance(self, st: os.stat_result, seq: int, tail: Tail | None, clean: bool = False,
+                last_id: str = "") -> None:
+        """The same descriptor, as ``st`` (its fstat after a change made through it) now
+        describes it: what :meth:`of` would make, without a new object."""
+        self.size, self.mtime, self.seq = st.st_size, st.st_mtime_ns, seq
+        self.tail, self.clean, self.last_id = tail, clean, last_id
 
+    def __repr__(self) -> str:
+        return (f"TranscriptView(fd={self.fd}, dev={self.dev}, ino={self.ino}, size={self.size}, "
+                f"mtime={self.mtime}, seq={self.seq}, tail={self.tail!r}, clean={self.clean}, "
+                f"last_id={self.last_id!r})")
+
+    # The two checks are FileState's (same_file, unchanged), made on the view's own fields:
+    # the append path runs them on every append, without building a FileState.
     def same_file(self, st: os.stat_result) -> bool:
         """Whether ``st`` (a stat of the transcript's path) is the file this view holds open."""
-        return self.file.same_file(st)
+        return st.st_ino == self.ino and st.st_dev == self.dev
 
     def unchanged(self, st: os.stat_result, seq: int) -> bool:
         """Whether the file ``st`` describes is still as this view saw it: same file, size,
         mtime and counter (every rename and in-place rewrite the store makes moves the
         counter; an append by anyone changes the size)."""
-        return seq == self.seq and self.file.unchanged(st)
+        return (seq == self.seq and st.st_size == self.size and st.st_mtime_ns == self.mtime
+                and st.st_ino == self.ino and st.st_dev == self.dev)
 
 
 class GuardClosed(Exception):
@@ -161,10 +177,10 @@ class SessionGuard:
         :class:`GuardClosed` if the guard was evicted meanwhile (look it up again). Not
         ``blocking``: :class:`GuardBusy` at once when another thread of this process holds
         it (another process's flock is still waited for, up to ``timeout``)."""
-        if blocking:
-            started = self._wait_turn(timeout, key)
-        elif self._rlock.acquire(False):
+        if self._rlock.acquire(False):
             started = None
+        elif blocking:
+            started = self._wait_turn(timeout, key)
         else:
             raise GuardBusy
         if self.closed:
@@ -173,13 +189,24 @@ class SessionGuard:
         if self._depth:
             self._depth += 1
             return False
+        decoded: Head | None
         try:
             while True:
-                if self._fd == -1:
-                    self._fd = self._open(key)
-                self._lock_file(started, timeout, key)
+                fd = self._fd
+                if fd == -1:
+                    fd = self._fd = self._open(key)
+                if not _platform.try_lock(fd):
+                    self._wait_lock(started, timeout, key)
                 try:
-                    decoded = read_control(self._fd)
+                    raw = _platform.pread(fd, HEAD_BYTES, 0)
+                    # The usual head (no record, no visible end, not retired) is taken as it
+                    # is, without a Head: read_control's decoding, for that case only.
+                    if len(raw) == RECORD_OFFSET:
+                        end, seq, ino, size, mtime, lines, cached_seq = FIXED.unpack(raw)
+                        if not end:
+                            decoded = None
+                            break
+                    decoded = control_of(fd, raw)
                     if not decoded.retired or self._keep_retired():
                         break
                 except BaseException:
@@ -193,10 +220,18 @@ class SessionGuard:
             raise
         self._depth = 1
         self._owner = threading.get_ident()
-        self.seq = decoded.seq
-        self.hidden = decoded.visible
-        self.count = decoded.cache
-        self.record = decoded.record
+        if decoded is None:
+            self.seq = seq
+            self.hidden = self.record = None
+            if not ino:
+                self.count = None
+            elif self.count != (ino, size, mtime, lines, cached_seq):  # else the one kept is current
+                self.count = CountCache(ino, size, mtime, lines, cached_seq)
+        else:
+            self.seq = decoded.seq
+            self.hidden = decoded.visible
+            self.count = decoded.cache
+            self.record = decoded.record
         return True
 
     def _keep_retired(self) -> bool:
@@ -239,9 +274,9 @@ class SessionGuard:
         assert opened is not None  # O_CREAT
         return opened[0]
 
-    def _lock_file(self, started: float | None, timeout: float | None, key: str) -> None:
-        if _platform.try_lock(self._fd):
-            return
+    def _wait_lock(self, started: float | None, timeout: float | None, key: str) -> None:
+        """The flock was taken by someone else: try again with a growing delay until
+        ``timeout`` (counted from ``started``, or now), then :class:`LockTimeoutError`."""
         if started is None:
             started = time.monotonic()
         deadline = None if timeout is None else started + timeout
@@ -303,7 +338,10 @@ class SessionGuard:
                     self._retired = False
                     self._reopen()
                 else:
-                    self._unlock()
+                    try:
+                        _platform.unlock(self._fd)
+                    except OSError as exc:
+                        self._unlock_failed(exc)
             finally:
                 self._rlock.release()
         else:
@@ -314,9 +352,12 @@ class SessionGuard:
         try:
             _platform.unlock(self._fd)
         except OSError as exc:
-            log.warning("releasing the lock of %s failed (%s); closing its descriptor instead", self.path, exc)
-            fd, self._fd = self._fd, -1
-            _close_quietly(fd)
+            self._unlock_failed(exc)
+
+    def _unlock_failed(self, exc: OSError) -> None:
+        log.warning("releasing the lock of %s failed (%s); closing its descriptor instead", self.path, exc)
+        fd, self._fd = self._fd, -1
+        _close_quietly(fd)
 
     # -- control file (only while held) ----------------------------------------------
     def begin_in_place(self) -> None:
@@ -338,17 +379,25 @@ class SessionGuard:
         self.hidden = at
         _platform.pwrite(self._fd, SEQ.pack(at + 1), VISIBLE_OFFSET)
 
-    def show_all(self) -> None:
-        """Readers may use the whole transcript again (one ``pwrite``)."""
-        _platform.pwrite(self._fd, bytes(SEQ.size), VISIBLE_OFFSET)
+    def show_all(self, st: os.stat_result | None = None, lines: int = 0) -> None:
+        """Readers may use the whole transcript again (one ``pwrite``). With ``st``: in the
+        same ``pwrite``, the count cache says that the transcript ``st`` describes has
+        ``lines`` complete lines (see :meth:`write_count`), so a durable append makes one
+        write to the control file after its fsync, not two."""
+        if st is None:
+            _platform.pwrite(self._fd, bytes(SEQ.size), VISIBLE_OFFSET)
+        else:
+            values = (st.st_ino, st.st_size, st.st_mtime_ns, lines, self.seq)
+            _platform.pwrite(self._fd, FIXED.pack(0, self.seq, *values), VISIBLE_OFFSET)
+            self.count = _new_tuple(CountCache, values)
         self.hidden = None
 
     def write_count(self, st: os.stat_result, lines: int) -> None:
         """Record that the transcript, as ``st`` describes it, has ``lines`` complete lines,
         as of the current sequence counter (a cache: never fsynced)."""
-        cache = CountCache(st.st_ino, st.st_size, st.st_mtime_ns, lines, self.seq)
-        _platform.pwrite(self._fd, COUNT.pack(*cache), COUNT_OFFSET)
-        self.count = cache
+        values = (st.st_ino, st.st_size, st.st_mtime_ns, lines, self.seq)
+        _platform.pwrite(self._fd, COUNT.pack(*values), COUNT_OFFSET)
+        self.count = _new_tuple(CountCache, values)  # CountCache(*values), without its __new__'s frame
 
     def drop_count(self) -> None:
         """Forget the count (the transcript is gone)."""
@@ -533,6 +582,8 @@ def _close_quietly(fd: int) -> None:
     except OSError:
         pass
 
+
+_new_tuple = tuple.__new__
 
 REGISTRY = GuardRegistry()
 if hasattr(os, "register_at_fork"):

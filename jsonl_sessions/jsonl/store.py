@@ -49,6 +49,7 @@ from ..types import (
     as_message,
 )
 from ..verification import VerifyReport
+from . import append as appending
 from . import ftsindex, maintenance, metadata, prune, search
 from .guard import REGISTRY, SessionGuard
 from .layout import SessionFiles, list_keys
@@ -195,7 +196,9 @@ class SessionStore(BaseStore):
 
     # -- appending ---------------------------------------------------------------------------
     def append(self, key: str, message: MessageLike) -> str:
-        return self._session(key).append(as_message(message))
+        # Straight to the append path (what Session.append does), the hottest call of the store.
+        root = self._root
+        return appending.append(root, root.files(key), as_message(message))
 
     # -- changing the end --------------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:

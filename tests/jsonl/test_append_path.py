@@ -52,8 +52,9 @@ def contents(root: pathlib.Path) -> list[str]:
 
 #: The system calls of an append to a warm session.
 WARM_CALLS = ["try_lock", "pread", "lstat", "write", "fstat", "pwrite", "unlock"]
-#: ... in fsync mode: the visible end set before the write and cleared after the fsync.
-WARM_DURABLE_CALLS = ["try_lock", "pread", "lstat", "pwrite", "write", "fsync", "pwrite", "fstat", "pwrite", "unlock"]
+#: ... in fsync mode: the visible end set before the write, the fstat before the fsync, the
+#: visible end cleared and the count cache written in one pwrite after it.
+WARM_DURABLE_CALLS = ["try_lock", "pread", "lstat", "pwrite", "write", "fstat", "fsync", "pwrite", "unlock"]
 #: Functions of the group commit's queue: a lone writer never runs them.
 QUEUE_FUNCTIONS = {"_queued", "_wait_for_writer", "_step_down"}
 
@@ -166,6 +167,38 @@ def test_a_warm_append_makes_only_the_expected_system_calls(tmp_path: pathlib.Pa
     # and it stays warm: the view and the count cache it left are right
     assert probe(lambda: store.append(KEY, {"role": "user", "content": "again"})).sequence("seam") == calls
     assert store.get_message_count(KEY) == 5 == len(contents(tmp_path))
+
+
+#: The most Python function calls one warm append makes (the seam's seven or ten wrappers included).
+WARM_PYTHON_CALLS = {"flush": 30, "fsync": 36}
+
+
+@pytest.mark.parametrize("durability", ["flush", "fsync"])
+def test_a_warm_append_makes_few_python_calls_and_builds_no_named_tuple(tmp_path: pathlib.Path,
+                                                                        durability: str) -> None:
+    """The append path's own cost, counted: Python calls per warm append (sys.setprofile),
+    none of them a named tuple's constructor (the kept view moves forward in place, the
+    usual control-file head is read without a Head)."""
+    store = SessionStore(str(tmp_path), durability=durability)  # type: ignore[arg-type]
+    message = {"role": "assistant", "content": "ok", "tool_calls": [{"id": "c1", "type": "function"}]}
+    for _ in range(3):
+        store.append(KEY, message)
+    calls: list[str] = []
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        for _ in range(10):
+            store.append(KEY, message)
+    finally:
+        sys.setprofile(None)
+
+    assert len(calls) / 10 <= WARM_PYTHON_CALLS[durability], sorted(set(calls))
+    assert "<lambda>" not in calls and "__new__" not in calls
+    assert store.get_message_count(KEY) == 13
 
 
 def test_messages_with_an_id_and_nested_appends_stay_warm(warm: SessionStore, tmp_path: pathlib.Path) -> None:

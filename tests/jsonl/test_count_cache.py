@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import os
 import pathlib
+import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import orjson
 import pytest
+from _child import child_env
 
 from jsonl_sessions import SessionNotFoundError, SessionStore, _platform
 from jsonl_sessions.keys import key_to_stem
@@ -82,3 +86,21 @@ def test_count_survives_a_rewrite_by_another_tool(store: SessionStore) -> None:
     os.replace(tmp, path)  # a new inode, no lock, no counter change
     assert count(store, "k") == 4
     assert count(SessionStore(store.root), "k") == 4
+
+
+def test_an_append_after_another_process_wrote_keeps_the_cache_current(tmp_path: pathlib.Path) -> None:
+    """The guard takes the count cache another process wrote (not the one it kept from its own
+    last append), so the append after it keeps the cache current: the next count reads no
+    transcript byte."""
+    store = SessionStore(str(tmp_path), durability="flush")
+    store.append("k", {"role": "user", "content": "here"})
+    worker = ("import sys; from jsonl_sessions import SessionStore; s = SessionStore(sys.argv[1], durability='flush')\n"
+              "for i in range(3): s.append('k', {'role': 'user', 'content': f'there {i}'})")
+    subprocess.run([sys.executable, "-c", worker, str(tmp_path)], check=True, env=child_env(), timeout=60)
+    store.append("k", {"role": "user", "content": "here again"})
+
+    lock = tmp_path / (key_to_stem("k") + ".lock")
+    transcript = tmp_path / (key_to_stem("k") + ".jsonl")
+    _end, seq, ino, size, mtime, lines, cached_seq = struct.unpack_from("<7Q", lock.read_bytes())
+    st = os.stat(transcript)
+    assert (ino, size, mtime, lines, cached_seq) == (st.st_ino, st.st_size, st.st_mtime_ns, 5, seq)

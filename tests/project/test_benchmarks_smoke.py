@@ -14,8 +14,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 EXPECTED_ROWS = {
-    "append_flush": {"floor", "jsonl_sessions", "sqlite_wal_normal", "sqlite_intpk_normal", "sqlite_bare_normal"},
-    "append_fsync": {"floor", "jsonl_sessions", "sqlite_wal_full"},
+    "append_flush": {"floor", "bare", "jsonl_sessions", "sqlite_wal_normal", "sqlite_intpk_normal",
+                     "sqlite_bare_normal"},
+    "append_fsync": {"floor", "bare", "jsonl_sessions", "sqlite_wal_full"},
     "append_many_flush": {"floor", "jsonl_sessions", "sqlite_wal_normal"},
     "append_many_fsync": {"floor", "jsonl_sessions", "sqlite_wal_full"},
     "load": {"floor", "floor_dropped", "load", "jsonl_sessions", "sqlite_wal"},
@@ -33,7 +34,7 @@ CONCURRENCY = {"jsonl_sessions", "threads_2_one", "threads_2_diff", "threads_4_o
 EXPECTED_ROWS["concurrency_fsync"] = EXPECTED_ROWS["concurrency_latency"] = CONCURRENCY
 # Every ratio of the performance table, each with its goal (None: reported without one).
 EXPECTED_GOALS = {
-    "durable_append": ">= 0.85", "flush_append": ">= 1.5", "try_load": "<= 1.3", "rewrite": "<= 3.0",
+    "bare_flush": "<= 1.15", "bare_fsync": "<= 1.15", "durable_append": ">= 0.85", "flush_append": ">= 1.5", "try_load": "<= 1.3", "rewrite": "<= 3.0",
     "append_many": "<= 1.5", "concurrency_threads_8_one": ">= 2.0", "concurrency_threads_8_diff": ">= 2.0",
     "remove_last_flush": "<= 1.5", "remove_last_fsync": "<= 1.5",
     **{f"concurrency_{c}": None for c in CONCURRENCY - {"jsonl_sessions", "floor", "threads_8_one", "threads_8_diff"}},
@@ -124,6 +125,35 @@ def test_syscall_listing_runs_for_both_modes(tmp_path: pathlib.Path, capsys: pyt
     assert list(tmp_path.iterdir()) == []  # temp dir removed
 
 
+def test_append_path_benchmark_reports_every_row(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``benchmarks.appendpath``: the bare append, its variants and each system call alone are
+    all timed, and the bare append writes what the store reads as a session."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks import appendpath
+    from benchmarks.bare import BareAppend
+    from jsonl_sessions import SessionStore
+
+    assert appendpath.main(["--flush", "20", "--fsync", "3", "--calls", "20", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for label in ("bare Python: the same system calls", "bare Python, every call through", "without the fstat",
+                  "without the count cache", "control file mapped", "pwrite(2) of the 40-byte count cache",
+                  'calls per warm append, durability="flush"', 'calls per warm append, durability="fsync"'):
+        assert label in out
+    assert list(tmp_path.iterdir()) == []
+
+    for options in ({}, {"seam": True}, {"mapped": True}):
+        for durable in (False, True):
+            root = tmp_path / f"bare-{durable}-{len(options)}-{'mapped' in options}"
+            root.mkdir()
+            bare = BareAppend(str(root), durable, **options)  # type: ignore[arg-type]
+            ids = [bare.append({"role": "user", "content": f"m{i}", "tool_call_id": "t"}) for i in range(5)]
+            bare.close()
+            store = SessionStore(str(root))
+            assert [m.id for m in store.try_load("bare")] == ids
+            assert store.get_message_count("bare") == 5
+
+
 def test_scale_benchmarks_run_and_report_every_goal(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
@@ -163,7 +193,7 @@ def test_a_baseline_revision_is_measured_in_the_same_run(
     with_baseline = {g["id"] for g in data["groups"] if any(r["impl"] == "baseline" for r in g["rows"])}
     assert with_baseline == {"append_flush", "append_fsync", "rewrite_fsync"}
     targets = {t["id"]: t for t in data["targets"]}
-    for goal in ("durable_append", "flush_append", "rewrite"):
+    for goal in ("bare_flush", "bare_fsync", "durable_append", "flush_append", "rewrite"):
         assert targets[f"{goal}_baseline"]["need"] == targets[goal]["need"]
         assert targets[f"{goal}_baseline"]["value"] > 0
     assert "[baseline version]" in capsys.readouterr().out
