@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,8 @@ from .arguments import check_text
 from .errors import InvalidArgumentError
 from .keys import validate_key
 from .types import SearchHit, SearchPage
+
+log = logging.getLogger("jsonl_sessions")
 
 #: The order of a hit as a tuple that sorts ascending in result order:
 #: ``(1 when created_at is None else 0, -created_at or 0, key, -position)``.
@@ -201,11 +204,14 @@ class Collector:
             return False
         return min(created_at, clamp) < min(-bound[1], clamp)
 
-    def offer(self, key: str, position: int, line: bytes) -> None:
-        """Consider the transcript line ``line`` (without its newline) at ``position`` of
-        session ``key``. A line that does not parse is not a message: skipped."""
+    def offer(self, key: str, position: int, line: bytes, offset: int | None = None) -> None:
+        """Consider the transcript line ``line`` (without its newline) at ``position`` (0-based)
+        of session ``key``, ``offset`` bytes into its file when known. A line that does not
+        parse is not a message: skipped, with a logged warning naming its line and offset."""
         record = records.decode_or_none(line)
         if record is None:
+            log.warning("session %r: line %d%s does not parse: skipped by the search", key, position + 1,
+                        "" if offset is None else f", byte offset {offset},")
             return
         search = self._search
         created = record.get("created_at")

@@ -102,7 +102,7 @@ def scan_session(root: Root, files: SessionFiles, prefilter: records.Prefilter |
                 pos = begin
                 while pos < end:
                     stop = block.index(b"\n", pos)
-                    part.offer(key, number, block[pos:stop])
+                    part.offer(key, number, block[pos:stop], at + pos)
                     number += 1
                     pos = stop + 1
                 continue
@@ -110,7 +110,7 @@ def scan_session(root: Root, files: SessionFiles, prefilter: records.Prefilter |
             for line_start in starts:
                 number += block.count(b"\n", pos, line_start)
                 stop = block.index(b"\n", line_start)
-                part.offer(key, number, block[line_start:stop])
+                part.offer(key, number, block[line_start:stop], at + line_start)
                 number += 1
                 pos = stop + 1
             number += block.count(b"\n", pos, end)

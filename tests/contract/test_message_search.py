@@ -174,14 +174,19 @@ def _expected(data: dict[str, Any], text: str, f: dict[str, Any]) -> list[tuple[
                     or ("until" in f and created >= f["until"]):
                 continue
             if all(t in _model_text(content).casefold() for t in want):
-                found.append(((-created, key, -position), (key, f"m{position:03d}")))
+                found.append(((-created, key, -position), (key, _ulid(position))))
     return [hit for _order, hit in sorted(found)]
+
+
+def _ulid(n: int) -> str:
+    """The ``n``-th of a run of increasing caller ids (ULIDs of 2024, so never from the future)."""
+    return f"01J{n:023d}"
 
 
 def _write(store: Any, data: dict[str, Any]) -> None:
     for key, (msgs, name, alias) in data.items():
-        store.append_many(key, [{"role": r, "content": c, "created_at": at, "id": f"m{i:03d}"}
-                                for i, (r, c, at) in enumerate(msgs)] or [{"role": "user", "id": "m000",
+        store.append_many(key, [{"role": r, "content": c, "created_at": at, "id": _ulid(i)}
+                                for i, (r, c, at) in enumerate(msgs)] or [{"role": "user", "id": _ulid(0),
                                                                           "created_at": 0}])
         if name is not None:
             store.set_session_name(key, name)
@@ -256,20 +261,20 @@ def test_the_index_answers_as_the_scan(pg: Any, ops: list[tuple[Any, ...]]) -> N
     from jsonl_sessions.testing.memory import MemorySessionStore
 
     names = ["jsonl-flush", "sqlite"] + (["postgres"] if pg is not None else [])
-    counter = iter(range(10**6))
+    counter = iter(range(1, 10**6))
 
     def message(content: Any, at: int) -> dict[str, Any]:
-        return {"role": "user", "content": content, "created_at": at, "id": f"m{next(counter):06d}"}
+        return {"role": "user", "content": content, "created_at": at, "id": _ulid(next(counter))}
 
     with tempfile.TemporaryDirectory() as tmp:
         stores = [opener(name, pg)(pathlib.Path(tmp) / name) for name in names]
         model = MemorySessionStore()
         try:
             for store in stores:
-                store.append("a", {"role": "user", "content": "Straße", "created_at": 0, "id": "m"})
+                store.append("a", {"role": "user", "content": "Straße", "created_at": 0, "id": _ulid(0)})
                 built = build_index(store)
                 assert built.exists, built
-            model.append("a", {"role": "user", "content": "Straße", "created_at": 0, "id": "m"})
+            model.append("a", {"role": "user", "content": "Straße", "created_at": 0, "id": _ulid(0)})
             for kind, *args in ops:
                 if kind == "search":  # page by page: a small page makes the index stop early
                     text, f, limit = args
