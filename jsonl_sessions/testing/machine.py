@@ -985,6 +985,8 @@ class ReadRules(MachineBase):
         if n and data.draw(st.booleans(), label="at the page edge?"):  # bugs live where a page ends
             limit = max(1, n + data.draw(st.sampled_from([-1, 0, 1]), label="edge"))
         stamps = sorted({m.created_at for m in session.messages if m.created_at is not None}) if session else []
+        if stamps:  # just past the newest too: with a wall clock every message may share one millisecond
+            stamps.append(stamps[-1] + 1)
         for i, direction in enumerate(("newest", "before", "after", "after-start")):
             options: dict[str, Any] = {"limit": limit, "breakpoint": breakpoint, "whole_turns": whole_turns}
             if i % 2 == ts_first:
