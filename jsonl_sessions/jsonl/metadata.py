@@ -112,19 +112,29 @@ def looks(root: Root) -> Iterator[tuple[SessionFiles, Look]]:
     entries, controls = scan(root.path)
     prefix = os.path.join(root.path, "")
     for key, stem in entries:
-        # Not the store's cache of session files (root.files): a listing of more sessions
-        # than it holds would evict all of it, closing the kept transcripts of warm sessions.
-        files = SessionFiles.in_dir(prefix, root.path, key, stem)
-        try:
-            found = look(files, control_seen=stem in controls)
-        except OSError as exc:
-            log.warning("cannot look at session %r: %s", key, exc)
-            continue
-        if found is None:
-            continue
-        if found.error is not None:
-            log.warning("cannot read the sidecar of session %r: %s", key, found.error)
-        yield files, found
+        seen = _look_listed(root, prefix, key, stem, stem in controls)
+        if seen is not None:
+            yield seen
+
+
+def _look_listed(root: Root, prefix: str, key: str, stem: str,
+                 control_seen: bool) -> tuple[SessionFiles, Look] | None:
+    """A look at the session a directory scan listed as ``key`` / ``stem`` (``prefix``: the
+    root with a trailing separator); None when it is not a session (or vanished) or cannot
+    even be stat'ed (logged). An unreadable sidecar is logged; the look still stands."""
+    # Not the store's cache of session files (root.files): a listing of more sessions than
+    # it holds would evict all of it, closing the kept transcripts of warm sessions.
+    files = SessionFiles.in_dir(prefix, root.path, key, stem)
+    try:
+        found = look(files, control_seen=control_seen)
+    except OSError as exc:
+        log.warning("cannot look at session %r: %s", key, exc)
+        return None
+    if found is None:
+        return None
+    if found.error is not None:
+        log.warning("cannot read the sidecar of session %r: %s", key, found.error)
+    return files, found
 
 
 def listed(root: Root, files: SessionFiles, found: Look) -> SessionMetadata | None:
@@ -220,17 +230,10 @@ def listing(root: Root, spec: Listing) -> SessionList:
         for value, key, stem in order:
             if want is not None and found >= want:
                 return
-            files = SessionFiles.in_dir(prefix, root.path, key, stem)
-            try:
-                seen = look(files, control_seen=stem in controls)
-            except OSError as exc:
-                log.warning("cannot look at session %r: %s", key, exc)
-                continue
+            seen = _look_listed(root, prefix, key, stem, stem in controls)
             if seen is None:
                 continue
-            if seen.error is not None:
-                log.warning("cannot read the sidecar of session %r: %s", key, seen.error)
-            md = listed(root, files, seen)
+            md = listed(root, *seen)
             if md is not None and keeps(spec, md):
                 found += 1
                 yield md, value
