@@ -37,31 +37,6 @@ Run = Callable[..., tuple[int, str, str]]
 
 
 # -- helpers ----------------------------------------------------------------------------------
-@pytest.fixture
-def root(tmp_path: pathlib.Path) -> pathlib.Path:
-    path = tmp_path / "store"
-    SessionStore(path, durability="flush")  # creates it, mode 0700
-    return path
-
-
-@pytest.fixture
-def store(root: pathlib.Path) -> SessionStore:
-    return SessionStore(root, durability="flush")
-
-
-@pytest.fixture
-def run(root: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> Run:
-    """``main(["--root", root, *argv])`` in-process: (exit status, stdout, stderr)."""
-
-    def call(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main(["--root", str(root), *argv])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return call
-
-
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "JSONL_SESSIONS_ROOT"}
     env.update(extra)

@@ -19,29 +19,6 @@ from jsonl_sessions.cli import main
 Run = Callable[..., tuple[int, str, str]]
 
 
-@pytest.fixture
-def root(tmp_path: pathlib.Path) -> pathlib.Path:
-    return tmp_path / "store"
-
-
-@pytest.fixture
-def store(root: pathlib.Path) -> SessionStore:
-    return SessionStore(root, durability="flush")
-
-
-@pytest.fixture
-def run(root: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> Run:
-    """``main(["--root", root, *argv])`` in-process: (exit status, stdout, stderr)."""
-
-    def call(*argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = main(["--root", str(root), *argv])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return call
-
-
 def _damage(store: SessionStore, root: pathlib.Path) -> int:
     """Session "k" of four messages whose second line no longer parses; that line's offset."""
     store.append_many("k", [{"role": "user", "content": f"word {i}"} for i in range(4)])
