@@ -24,9 +24,12 @@ def failure() -> Mismatch:
 
 
 def _reproduction(failure: Mismatch) -> str:
-    notes = "\n".join(getattr(failure, "__notes__", []))
-    assert "def test_reproduce(tmp_path):" in notes, notes
-    return notes[notes.index("import pytest"):]
+    """The program, from the one note that holds it: Hypothesis may add notes of its own after
+    it (under its ``ci`` profile, chosen when ``CI`` is set, a ``@reproduce_failure`` line)."""
+    notes = getattr(failure, "__notes__", [])
+    programs = [n for n in notes if "def test_reproduce(tmp_path):" in n]
+    assert len(programs) == 1, notes
+    return programs[0][programs[0].index("import pytest"):]
 
 
 def test_a_failure_names_the_operation_and_shows_both_results(failure: Mismatch) -> None:
