@@ -275,7 +275,8 @@ class SessionSeen(NamedTuple):
 
 
 class MetadataSeen(NamedTuple):
-    """The metadata fields an id- and time-agnostic view compares."""
+    """The metadata fields a view compares. The id- and time-agnostic view (:func:`observer`)
+    leaves ``fork_point`` and ``created_at`` None; :func:`exact_observer` fills them."""
 
     name: str | None
     agent_alias: str | None
@@ -286,6 +287,18 @@ class MetadataSeen(NamedTuple):
     context: tuple[tuple[str, str], ...]
     parent: str | None
     message_count: int
+    fork_point: str | None = None
+    created_at: Any = None
+
+    @classmethod
+    def of(cls, md: Any, *, exact: bool) -> MetadataSeen | None:
+        """The view of ``md`` (a :class:`SessionMetadata` or None); ``exact``: with the
+        fork point's id and the creation time."""
+        if md is None:
+            return None
+        return cls(md.name, md.agent_alias, md.principal_id, md.state, md.turn_id, md.trim_breadcrumb,
+                   tuple(sorted(md.context.items())), md.parent, md.message_count,
+                   md.fork_point if exact else None, md.created_at if exact else None)
 
 
 class ExactSessionSeen(NamedTuple):
@@ -295,21 +308,7 @@ class ExactSessionSeen(NamedTuple):
     exists: bool
     messages: tuple[bytes, ...]  #: each message's JSON
     trim_breadcrumb: bool | None
-    metadata: ExactMetadataSeen | None
-
-
-class ExactMetadataSeen(NamedTuple):
-    name: str | None
-    agent_alias: str | None
-    principal_id: str | None
-    state: str | None
-    turn_id: str | None
-    trim_breadcrumb: bool | None
-    context: tuple[tuple[str, str], ...]
-    parent: str | None
-    fork_point: str | None
-    message_count: int
-    created_at: Any
+    metadata: MetadataSeen | None
 
 
 def observer(*keys: str, check_ids: bool = True) -> Observer:
@@ -328,11 +327,9 @@ def observer(*keys: str, check_ids: bool = True) -> Observer:
             ids = [m.id for m in messages]
             assert not check_ids or ids == sorted(set(ids)), f"{key!r}: ids do not strictly increase: {ids}"
             md = store.get_session_metadata(key)
-            meta = None if md is None else MetadataSeen(
-                md.name, md.agent_alias, md.principal_id, md.state, md.turn_id, md.trim_breadcrumb,
-                tuple(sorted(md.context.items())), md.parent, md.message_count)
             out.append(SessionSeen(key, store.session_exists(key),
-                                   repr([(m.role, m.kind, m.content, m.extra) for m in messages]), meta))
+                                   repr([(m.role, m.kind, m.content, m.extra) for m in messages]),
+                                   MetadataSeen.of(md, exact=False)))
         return tuple(out)
 
     return observe
@@ -897,12 +894,9 @@ def exact_observer(*keys: str) -> Observer:
         out = []
         for key in keys:
             md = store.get_session_metadata(key)
-            meta = None if md is None else ExactMetadataSeen(
-                md.name, md.agent_alias, md.principal_id, md.state, md.turn_id, md.trim_breadcrumb,
-                tuple(sorted(md.context.items())), md.parent, md.fork_point, md.message_count, md.created_at)
             out.append(ExactSessionSeen(key, store.session_exists(key),
                                         tuple(orjson.dumps(m.to_dict()) for m in store.try_load(key)),
-                                        store.get_session_trim_breadcrumb(key), meta))
+                                        store.get_session_trim_breadcrumb(key), MetadataSeen.of(md, exact=True)))
         return tuple(out)
 
     return observe
@@ -1124,7 +1118,6 @@ __all__ = [
     "KINDS",
     "TORN_KINDS",
     "Call",
-    "ExactMetadataSeen",
     "ExactSessionSeen",
     "FaultInjector",
     "FaultLoopReport",
