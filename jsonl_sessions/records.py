@@ -8,13 +8,13 @@ the line).
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from . import codec
-
-_NON_ASCII = re.compile(rb"[\x80-\xff]").search
 
 
 def texts(content: Any) -> Iterator[str]:
@@ -61,8 +61,12 @@ class Prefilter:
     (:data:`FOLDS_TO_ASCII`): the candidates are the lines with any of these, each found by
     its own byte search. Escapes of control characters (``\\u001b`` of ANSI colour codes,
     which tool output is full of) hide no letter, so they make no line a candidate. When
-    the needle is not ASCII, the candidates are the lines with a non-ASCII byte or such an
-    escape (ASCII text casefolds to ASCII). Otherwise every line is a candidate.
+    the needle is not ASCII, each of its non-ASCII characters can only come from a
+    non-ASCII character of the text whose casefold holds it (ASCII text casefolds to
+    ASCII; :func:`folding_into`): the candidates are the lines holding, in UTF-8, one such
+    character for every non-ASCII character of the needle and passing the ASCII test
+    above for the needle's longest run of ASCII characters (when it has two or more), and
+    the lines with such an escape. Otherwise every line is a candidate.
 
     Each search is a compiled pattern (the regex engine skips to a literal's first byte
     faster than ``bytes.find`` does); the non-ASCII characters are looked for by their
@@ -71,7 +75,7 @@ class Prefilter:
     O(len(block)) per search, plus O(1) per candidate line.
     """
 
-    __slots__ = ("_find", "ascii", "leads", "literal")
+    __slots__ = ("_find", "ascii", "leads", "literal", "needs", "run")
 
     def __init__(self, needle: str) -> None:
         self.ascii = needle.encode("ascii") if needle.isascii() else None
@@ -83,6 +87,12 @@ class Prefilter:
         #: (lead byte, search for the characters starting with it), per lead byte.
         self.leads = [(lead, re.compile(b"|".join(map(re.escape, chars))).search) for lead, chars in groups.items()]
         self._find = re.compile(re.escape(self.ascii)).search if self.literal and self.ascii else None
+        #: Per non-ASCII character of the needle, a search for the characters it can come from.
+        self.needs = [re.compile(b"|".join(re.escape(c.encode("utf-8")) for c in folding_into(ch))).search
+                      for ch in sorted(set(needle)) if not ch.isascii()]
+        runs = re.findall(r"[\x00-\x7f]{2,}", needle) if self.needs else []
+        #: The test of the needle's longest ASCII run, for a needle that is not ASCII.
+        self.run = Prefilter(max(runs, key=len)) if runs else None
 
     def line_starts(self, block: bytes, start: int = 0, end: int | None = None) -> list[int] | None:
         """The offsets of the lines of ``block[start:end]`` (complete lines, each ending
@@ -92,7 +102,10 @@ class Prefilter:
             end = len(block)
         if self.ascii is None:
             starts: set[int] = set()
-            _lines_with(_NON_ASCII, block, start, end, starts)
+            first, *others = self.needs
+            _lines_with(first, block, start, end, starts)
+            if others or self.run is not None:  # the rest checked in the lines the first search found
+                starts = {at for at in starts if self.may_hold(block[at : block.index(b"\n", at)])}
             _lines_with(_TEXT_ESCAPE, block, start, end, starts)
             return sorted(starts)
         find = self._find
@@ -111,7 +124,8 @@ class Prefilter:
         """Whether one line (without its newline) may mention the needle: :meth:`line_starts`
         for a block of that one line, without building the block. O(len(line))."""
         if self.ascii is None:
-            return not line.isascii() or _TEXT_ESCAPE(line) is not None
+            return ((all(need(line) is not None for need in self.needs) and (self.run is None or self.run.may_hold(line)))
+                    or _TEXT_ESCAPE(line) is not None)
         find = self._find
         if find is None or find(line.lower()) is not None:
             return True
@@ -160,6 +174,28 @@ FOLDS_TO_ASCII: dict[str, str] = {
     "j": "\u01f0", "k": "\u212a", "l": "\ufb02\ufb04", "n": "\u0149", "s": "\u00df\u017f\u1e9e\ufb05\ufb06",
     "t": "\u1e97\ufb05\ufb06", "w": "\u1e98", "y": "\u1e99",
 }
+
+
+@functools.cache
+def _non_ascii_folds() -> dict[str, str]:
+    """Each non-ASCII character some other character's casefold holds -> those characters
+    (``σ`` <- ``Σς``, ``ö`` <- ``Ö``): one pass over every code point (about 0.2 s), on the
+    first search for a non-ASCII needle in a process."""
+    out: dict[str, str] = {}
+    for cp in range(0x80, sys.maxunicode + 1):
+        c = chr(cp)
+        folded = c.casefold()
+        if folded != c:
+            for ch in set(folded):
+                if not ch.isascii():
+                    out[ch] = out.get(ch, "") + c
+    return out
+
+
+def folding_into(ch: str) -> str:
+    """Every character whose casefold holds ``ch``, a non-ASCII character of a casefolded
+    text: ``ch`` itself and, say for ``σ``, ``Σ`` and ``ς``."""
+    return ch + _non_ascii_folds().get(ch, "")
 
 
 def tool_call_id_of(record: Mapping[str, Any]) -> str | None:

@@ -495,3 +495,20 @@ def test_a_record_is_the_one_its_fields_define(message: ChatMessage) -> None:
     now = ids.timestamp_ms("01J0000000000000000000000A") or 0  # the ids here are from that millisecond
     [record] = ids.assign_ids("k", [message], None, now)
     assert list(record.items()) == _record_by_fields(message, record["id"], message.created_at or now)
+
+
+def test_a_non_ascii_keyword_decodes_only_the_lines_holding_its_characters(tmp_path: pathlib.Path) -> None:
+    # Agent text has a non-ASCII byte in nearly every line (accents, dashes, CJK, emoji): a
+    # non-ASCII keyword decodes the lines holding each of its non-ASCII characters in some
+    # case, not every line with a non-ASCII byte.
+    store = SessionStore(str(tmp_path / "store"), durability="flush")
+    texts = [f"héllo wörld — grün in Köln {i}, ça va? 日本 🙂 {i}" for i in range(3000)]
+    texts[700] = "Wo ist der SCHLÜSSEL?"
+    texts[1400] = "東京の日本語"
+    texts[2100] = "ΣΟΦΟΣ"
+    store.append_many("k", [ChatMessage("user", t) for t in texts])
+
+    for keyword, position in (("schlüssel", 700), ("日本語", 1400), ("σοφος", 2100), ("ΣΟΦΟΣ", 2100)):
+        found, decoded = _decodes_during(lambda: store.search_messages(keyword))  # noqa: B023 - called at once
+        assert [h.snippet for h in found.hits] == [texts[position]], keyword  # type: ignore[attr-defined]
+        assert decoded <= 1, (keyword, decoded)
