@@ -100,12 +100,17 @@ class Prefilter:
         order; None when every line may. O(len(block))."""
         if end is None:
             end = len(block)
-        if self.ascii is None:
-            starts: set[int] = set()
-            first, *others = self.needs
-            _lines_with(first, block, start, end, starts)
-            if others or self.run is not None:  # the rest checked in the lines the first search found
-                starts = {at for at in starts if self.may_hold(block[at : block.index(b"\n", at)])}
+        if self.ascii is None:  # the lines passing every test, one pass over the block each
+            starts: set[int] | None = None
+            if self.run is not None and (passing := self.run.line_starts(block, start, end)) is not None:
+                starts = set(passing)
+            for need in self.needs:
+                if starts is not None and not starts:
+                    break
+                found: set[int] = set()
+                _lines_with(need, block, start, end, found)
+                starts = found if starts is None else starts & found
+            assert starts is not None  # a needle that is not ASCII has a non-ASCII character
             _lines_with(_TEXT_ESCAPE, block, start, end, starts)
             return sorted(starts)
         find = self._find
