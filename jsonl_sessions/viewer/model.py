@@ -9,8 +9,10 @@ call when both are in the messages it is given; a result whose call is not among
 stays a message of its own (``result_for`` names the call, so the page can link or move
 it).
 
-Every string meant to be read has its control characters made visible (``\\x1b``,
-``\\x00``...: terminal escapes and NULs show as text, by the command line's own
+Message text has its terminal escape sequences taken out (:mod:`jsonl_sessions.ansi`):
+tool output keeps its colours as styled runs (``Part.runs``), prose and arguments lose
+them. Every string meant to be read then has its control characters made visible
+(``\\x1b``, ``\\x00``...: a lone escape or NUL shows as text, by the command line's own
 :func:`~jsonl_sessions.cli.output.clean`),
 and a text longer than :data:`MAX_TEXT` characters is cut there (``omitted`` says how
 much is left out; the message's raw JSON holds all of it). Cost: O(size of the messages).
@@ -25,6 +27,7 @@ from typing import Any, Literal
 
 import orjson
 
+from .. import ansi
 from ..cli.output import clean
 from ..records import tool_call_id_of
 from ..types import ChatMessage, datetime_of_ms
@@ -73,12 +76,16 @@ def iso_text(when: datetime | int | None) -> str:
 class Part:
     """One piece of a message's content: ``text`` (prose, rendered as Markdown), ``code``
     (shown as it is: tool output) or ``json`` (a structured part, shown as JSON under
-    ``label``). ``omitted``: characters cut off the end (see :data:`MAX_TEXT`)."""
+    ``label``). ``text`` has no terminal escape sequence left. ``runs``: a code part's
+    ``text`` cut where its colours change, each piece with its ``ansi-*`` classes ("" for
+    none; see :func:`jsonl_sessions.ansi.runs`), empty for other kinds. ``omitted``:
+    characters cut off the end (see :data:`MAX_TEXT`)."""
 
     kind: Literal["text", "code", "json"]
     text: str
     label: str = ""
     omitted: int = 0
+    runs: list[ansi.Run] = field(default_factory=list)
 
 
 @dataclass
@@ -113,13 +120,33 @@ class MessageView:
 
 
 def _cut(text: str, limit: int | None = MAX_TEXT) -> tuple[str, int]:
-    text = visible(text)
+    text = visible(ansi.strip(text))
     if limit is None or len(text) <= limit:
         return text, 0
     return text[:limit], len(text) - limit
 
 
+def _cut_runs(text: str, limit: int | None) -> tuple[list[ansi.Run], int]:
+    """The styled runs of ``text`` made visible, cut after ``limit`` characters in all."""
+    shown: list[ansi.Run] = []
+    room = limit
+    omitted = 0
+    for piece, classes in ansi.runs(text):
+        piece = visible(piece)
+        if room is not None and len(piece) > room:
+            omitted += len(piece) - room
+            piece = piece[:room]
+        if piece:
+            shown.append((piece, classes))
+        if room is not None:
+            room -= len(piece)
+    return shown, omitted
+
+
 def _part(kind: Literal["text", "code", "json"], text: str, label: str = "", limit: int | None = MAX_TEXT) -> Part:
+    if kind == "code":
+        runs, omitted = _cut_runs(text, limit)
+        return Part(kind, "".join(piece for piece, _ in runs), visible(label), omitted, runs)
     shown, omitted = _cut(text, limit)
     return Part(kind, shown, visible(label), omitted)
 
