@@ -443,7 +443,7 @@ def test_show_renders_roles_tool_calls_and_wraps_long_text(run: Run, store: Sess
     assert re.search(r"^user  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d  01", out, re.MULTILINE)
     assert '-> lookup({"q":1})  [call_9]' in out
     assert "result of call_9" in out
-    assert "\x1b" not in out and "\x07" not in out and "\\x1b]0;title\\x07" in out
+    assert "\x1b" not in out and "\x07" not in out and "evil  text" in out  # the title sequence taken out
     code, out, _ = run("show", "s", "--width", "0")
     assert long_text in out
 

@@ -57,7 +57,8 @@ def test_markdown_keeps_each_content_exactly_inside_a_fence_it_cannot_close(root
     fences = [t.content for t in tokens if t.type == "fence"]
     for text in TRICKY[:4] + TRICKY[5:]:
         assert text + ("" if text.endswith("\n") else "\n") in fences
-    assert "ESC \\x1b[31m and NUL \\x00\n" in fences  # control characters shown, as the viewer shows them
+    # the colour sequence taken out, the other control characters shown, as the viewer shows them
+    assert "ESC  and NUL \\x00\n" in fences
     headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
     assert headings[0] == "Name with `ticks`"
     roles = [h.split(" ")[0] for h in headings[1:]]
