@@ -6,10 +6,10 @@ as ``\\x1b[31m`` noise.
 - **Escape sequences** (:func:`spans`): CSI sequences (``ESC [`` or the 8-bit ``0x9b``,
   parameters, a final byte: colours, cursor moves, screen clears), string sequences (OSC,
   DCS, PM, APC: ``ESC ]`` ... up to BEL or ``ESC \\``: window titles, hyperlinks) when
-  terminated, and the short two-byte escapes (``ESC 7``, ``ESC (B``...). A lone ``ESC``
-  or an unterminated string sequence is not one: it stays in the text (and every output
-  makes it visible as ``\\x1b``).
-- :func:`strip`: the text without them.
+  terminated, and the short two-byte escapes (``ESC 7``, ``ESC (B``...). A lone ``ESC``,
+  an unfinished CSI or an unterminated string sequence is not one: it stays in the text
+  (and every output makes it visible as ``\\x1b``).
+- :func:`plain`: the text without them.
 - :func:`runs`: the text without them, cut into runs, each with the style the SGR
   sequences (``ESC [ ... m``) before it set: bold, dim, italic, underline, and the 16
   standard foreground and background colours, as class names (``ansi-bold``,
@@ -27,7 +27,9 @@ import re
 _ESCAPE = re.compile(
     r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI: parameters, intermediates, final byte
     r"|(?:\x1b[\]P^_X]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"  # terminated strings
-    r"|\x1b[!-/]*[0-~]"  # the short escapes: ESC 7, ESC (B, ESC M... (not ESC and a space: text)
+    # the short escapes (ESC 7, ESC (B, ESC M...); not ESC and a space (text), nor the opening
+    # of a CSI or string sequence that never ended ([, ], P, X, ^, _): those stay visible
+    r"|\x1b[!-/]*[0-OQ-WYZ\\`-~]"
 )
 _SGR = re.compile(r"(?:\x1b\[|\x9b)([0-9;:]*)m")
 
@@ -43,7 +45,7 @@ def spans(text: str) -> list[Span]:
     return [m.span() for m in _ESCAPE.finditer(text)]
 
 
-def strip(text: str) -> str:
+def plain(text: str) -> str:
     """``text`` without its escape sequences."""
     return _ESCAPE.sub("", text) if spans(text) else text
 
@@ -152,4 +154,4 @@ def runs(text: str) -> list[Run]:
     return out
 
 
-__all__ = ["Run", "Span", "runs", "spans", "strip"]
+__all__ = ["Run", "Span", "plain", "runs", "spans"]

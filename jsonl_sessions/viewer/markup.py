@@ -24,7 +24,6 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from markupsafe import Markup
 
-
 #: The alignments of a table column, each a class of the stylesheet (``align-left``...).
 _ALIGNMENTS = ("left", "center", "right")
 

@@ -120,7 +120,7 @@ class MessageView:
 
 
 def _cut(text: str, limit: int | None = MAX_TEXT) -> tuple[str, int]:
-    text = visible(ansi.strip(text))
+    text = visible(ansi.plain(text))
     if limit is None or len(text) <= limit:
         return text, 0
     return text[:limit], len(text) - limit
