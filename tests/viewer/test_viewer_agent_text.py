@@ -142,3 +142,13 @@ def test_the_search_page_says_which_line_it_could_not_search(page: Any, viewer: 
     page.wait_for_selector("li.hit")
     note = page.locator("p.problem").inner_text()
     assert "broken/middle" in note and f"line {CORRUPT_AFTER + 2}," in note
+
+
+def test_right_to_left_text_reads_right_to_left_and_stays_in_its_box(page: Any, viewer: Running) -> None:
+    viewer.store.append_many("rtl/chat", [{"role": "user", "content": "مرحبا بالعالم، كيف حالك؟"},
+                                          {"role": "assistant", "content": "Hello: שלום עולם"}])
+    viewer.store.set_session_name("rtl/chat", "שיחה בעברית")
+    page.goto(viewer.base + "/session?key=rtl%2Fchat")
+    directions = page.eval_on_selector_all("#messages .text", "els => els.map(e => getComputedStyle(e).direction)")
+    assert directions == ["rtl", "ltr"]  # each message by its first strong character
+    assert page.eval_on_selector(".session-head h1", "e => getComputedStyle(e).unicodeBidi") == "isolate"
