@@ -4,10 +4,12 @@ the tool calls each with its result, a compaction mark. Pure Python, no dependen
 
 A tool result is a message with ``tool_call_id`` in its extras; its call is the entry
 with that ``id`` in the ``tool_calls`` list of an earlier message (the OpenAI chat
-format, :func:`jsonl_sessions.records.calls`). :func:`views` pairs each result with its
-call when both are in the messages it is given; a result whose call is not among them
-stays a message of its own (``result_for`` names the call, so the page can link or move
-it).
+format, :func:`jsonl_sessions.records.calls`). Content blocks in the Anthropic format (what
+Claude Code transcripts and the Claude SDKs store) are read the same way: a ``tool_use``
+block (``id``, ``name``, ``input``) is a tool call, a ``tool_result`` block
+(``tool_use_id``, ``content``) its result. :func:`views` pairs each result with its call
+when both are in the messages it is given; a result whose call is not among them stays
+where it is (``result_for`` names the call, so the page can link or move it).
 
 Message text has its terminal escape sequences taken out (:mod:`jsonl_sessions.ansi`):
 tool output keeps its colours as styled runs (``Part.runs``), prose and arguments lose
@@ -113,6 +115,9 @@ class MessageView:
     parts: list[Part]
     tool_calls: list[ToolCall] = field(default_factory=list)
     result_for: str | None = None
+    #: The message's ``tool_result`` content blocks, each shown as a result of its own
+    #: (same id, role and time), those whose call is in the same view taken out by :func:`views`.
+    results: list[MessageView] = field(default_factory=list)
 
     @property
     def compaction(self) -> bool:
@@ -174,8 +179,8 @@ def parts_of(content: Any, *, prose: bool = True, limit: int | None = MAX_TEXT) 
     return parts
 
 
-def _tool_calls(extra: Mapping[str, Any], limit: int | None) -> list[ToolCall]:
-    calls = extra.get("tool_calls")
+def _tool_calls(calls: Any, limit: int | None) -> list[ToolCall]:
+    """The tool calls of an OpenAI ``tool_calls`` list or of Anthropic ``tool_use`` blocks."""
     if not isinstance(calls, list):
         return []
     out = []
@@ -207,12 +212,37 @@ def view(message: ChatMessage, *, cut: bool = True) -> MessageView:
     result_for = tool_call_id_of(extra)
     role = message.role
     name = extra.get("name")
-    return MessageView(
-        id=message.id, role=visible(role), role_class=role if role in ROLES else "other",
-        kind=visible(message.kind), created_at=message.created_at, time=utc_text(message.created_at),
-        iso=iso_text(message.created_at), name=visible(name) if isinstance(name, str) else "",
-        parts=parts_of(message.content, prose=result_for is None and role != "tool", limit=limit),
-        tool_calls=_tool_calls(extra, limit), result_for=visible(result_for) if result_for is not None else None)
+    content, uses, results = _blocks(message.content)
+
+    def shown(parts: list[Part], result_for: str | None) -> MessageView:
+        return MessageView(
+            id=message.id, role=visible(role), role_class=role if role in ROLES else "other",
+            kind=visible(message.kind), created_at=message.created_at, time=utc_text(message.created_at),
+            iso=iso_text(message.created_at), name=visible(name) if isinstance(name, str) else "",
+            parts=parts, result_for=visible(result_for) if result_for is not None else None)
+
+    main = shown(parts_of(content, prose=result_for is None and role != "tool", limit=limit), result_for)
+    main.tool_calls = _tool_calls(extra.get("tool_calls"), limit) + _tool_calls(uses, limit)
+    main.results = [shown(parts_of(block.get("content"), prose=False, limit=limit), block["tool_use_id"])
+                    for block in results]
+    return main
+
+
+def _blocks(content: Any) -> tuple[Any, list[dict[str, Any]], list[dict[str, Any]]]:
+    """``content`` without its Anthropic ``tool_use`` and ``tool_result`` blocks, and those
+    blocks (only a list content has them)."""
+    if not isinstance(content, list):
+        return content, [], []
+    rest, uses, results = [], [], []
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "tool_use" and isinstance(block.get("id"), str):
+            uses.append(block)
+        elif kind == "tool_result" and isinstance(block.get("tool_use_id"), str):
+            results.append(block)
+        else:
+            rest.append(block)
+    return (rest if uses or results else content), uses, results
 
 
 def views(messages: Iterable[ChatMessage], *, cut: bool = True) -> list[MessageView]:
@@ -227,6 +257,17 @@ def views(messages: Iterable[ChatMessage], *, cut: bool = True) -> list[MessageV
             if call is not None:
                 call.result = shown
                 continue
+        if shown.results:
+            unpaired = []
+            for result in shown.results:
+                call = open_calls.pop(result.result_for or "", None)
+                if call is not None:
+                    call.result = result
+                else:
+                    unpaired.append(result)
+            shown.results = unpaired
+            if not (shown.parts or shown.tool_calls or unpaired):
+                continue  # only results, each now inside its call
         for call in shown.tool_calls:
             if call.id:
                 open_calls[call.id] = call

@@ -152,3 +152,30 @@ def test_right_to_left_text_reads_right_to_left_and_stays_in_its_box(page: Any, 
     directions = page.eval_on_selector_all("#messages .text", "els => els.map(e => getComputedStyle(e).direction)")
     assert directions == ["rtl", "ltr"]  # each message by its first strong character
     assert page.eval_on_selector(".session-head h1", "e => getComputedStyle(e).unicodeBidi") == "isolate"
+
+
+def test_anthropic_tool_use_and_result_blocks_are_one_call_box(page: Any, viewer: Running) -> None:
+    """Claude Code transcripts (and the Claude SDKs) keep tool calls as content blocks."""
+    viewer.store.append_many("claude/run", [
+        {"role": "user", "content": "Run the tests"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Running **pytest**."},
+            {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "pytest -q"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": PYTEST}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_elsewhere", "content": [{"type": "text", "text": "orphan"}]},
+            {"type": "text", "text": "and a question"}]},
+    ])
+    page.goto(viewer.base + "/session?key=claude%2Frun")
+    assert page.locator("#messages > li.msg").count() == 3  # the result-only message sits in its call
+    call = page.locator('details.tool-call[data-call-id="toolu_1"]')
+    assert call.locator(".tool-name").inner_text() == "Bash"
+    call.locator("summary").click()
+    assert '"command": "pytest -q"' in call.locator("pre.args").inner_text()
+    shown = call.locator(".tool-result pre.code").inner_text()
+    assert "=== 1 failed, 41 passed in 0.42s ===" in shown and "\\u001b" not in shown
+    assert page.locator("#messages details.part").count() == 0  # no block left as raw JSON
+    last = page.locator("#messages > li.msg").last
+    assert "orphan" in last.locator(".result pre.code").inner_text()  # a result whose call is elsewhere
+    assert "result of toolu_elsewhere" in last.inner_text() and "and a question" in last.inner_text()
