@@ -82,7 +82,8 @@ def window(store: SessionBackend, key: str, *, before: str | None = None, after:
 
     :raises SessionNotFoundError: no such session.
     :raises MessageNotFoundError: a cursor or ``at`` names no message of the session.
-    Cost: at most three pages (O(limit + log n))."""
+    Cost: at most three pages and one lookup by id (O(limit + log n); the lookup of ``at``
+    is O(n) on a JSONL transcript when that id is not a ULID, as an older store's can be)."""
     if at is not None:
         message = store.get_message(key, at)
         if message is None:
