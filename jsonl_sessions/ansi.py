@@ -10,6 +10,8 @@ as ``\\x1b[31m`` noise.
   an unfinished CSI or an unterminated string sequence is not one: it stays in the text
   (and every output makes it visible as ``\\x1b``).
 - :func:`plain`: the text without them.
+- :func:`line_breaks`: ``\\r\\n`` and a lone ``\\r`` as ``\\n``: Windows line ends, and
+  the carriage returns of progress bars, are line breaks for a reader, not a ``\\x0d``.
 - :func:`runs`: the text without them, cut into runs, each with the style the SGR
   sequences (``ESC [ ... m``) before it set: bold, dim, italic, underline, and the 16
   standard foreground and background colours, as class names (``ansi-bold``,
@@ -43,6 +45,11 @@ def spans(text: str) -> list[Span]:
     if "\x1b" not in text and not any(c in text for c in "\x90\x98\x9b\x9d\x9e\x9f"):
         return []
     return [m.span() for m in _ESCAPE.finditer(text)]
+
+
+def line_breaks(text: str) -> str:
+    """``text`` with each ``\\r\\n`` and each lone ``\\r`` made a ``\\n``."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def plain(text: str) -> str:
@@ -154,4 +161,4 @@ def runs(text: str) -> list[Run]:
     return out
 
 
-__all__ = ["Run", "Span", "plain", "runs", "spans"]
+__all__ = ["Run", "Span", "line_breaks", "plain", "runs", "spans"]

@@ -8,7 +8,8 @@ Everything printed for people goes through :func:`clean`, which makes control ch
 visible (``\\x1b`` and friends), so a message holding terminal escape sequences cannot
 repaint or hijack the terminal that shows it. Message text (``show``, ``tail``, search
 snippets) first loses its whole escape sequences (:func:`jsonl_sessions.ansi.plain`: the
-colours of tool output), so it reads as the tool printed it; a lone escape still shows. Machine outputs (``--json``, ``--nl``,
+colours of tool output), so it reads as the tool printed it; a lone escape still shows.
+``show`` and ``tail`` also break lines at carriage returns (``\\r\\n`` or alone). Machine outputs (``--json``, ``--nl``,
 ``--jsonl``, ``export``) are JSON, written by orjson.
 """
 
@@ -171,7 +172,7 @@ def render_message(m: ChatMessage, width: int) -> str:
     lines = [message_header(m)]
     body: list[str] = []
     for text in [*_content_texts(m.content), *_tool_calls(m)]:
-        for raw in clean(ansi.plain(text)).split("\n"):
+        for raw in clean(ansi.line_breaks(ansi.plain(text))).split("\n"):
             if width and len(raw) + len(INDENT) > width:
                 body.extend(textwrap.wrap(raw, width, initial_indent=INDENT, subsequent_indent=INDENT,
                                           break_on_hyphens=False, drop_whitespace=True) or [INDENT])

@@ -13,7 +13,8 @@ where it is (``result_for`` names the call, so the page can link or move it).
 
 Message text has its terminal escape sequences taken out (:mod:`jsonl_sessions.ansi`):
 tool output keeps its colours as styled runs (``Part.runs``), prose and arguments lose
-them. Every string meant to be read then has its control characters made visible
+them, and a carriage return (``\\r\\n``, or alone) is a line break. Every string meant to
+be read then has its control characters made visible
 (``\\x1b``, ``\\x00``...: a lone escape or NUL shows as text, by the command line's own
 :func:`~jsonl_sessions.cli.output.clean`),
 and a text longer than :data:`MAX_TEXT` characters is cut there (``omitted`` says how
@@ -149,6 +150,8 @@ def _cut_runs(text: str, limit: int | None) -> tuple[list[ansi.Run], int]:
 
 
 def _part(kind: Literal["text", "code", "json"], text: str, label: str = "", limit: int | None = MAX_TEXT) -> Part:
+    if kind != "json":  # JSON escapes its own; in text, a carriage return ends a line
+        text = ansi.line_breaks(text)
     if kind == "code":
         runs, omitted = _cut_runs(text, limit)
         return Part(kind, "".join(piece for piece, _ in runs), visible(label), omitted, runs)

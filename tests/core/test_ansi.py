@@ -59,3 +59,8 @@ def test_a_lone_or_unterminated_escape_stays_in_the_text() -> None:
     for text in ("a lone \x1b and text", "\x1b]0;a title that never ends", "ends with \x1b"):
         assert ansi.plain(text) == text
     assert ansi.plain("\x1b]0;title\x07after") == "after"
+
+
+def test_carriage_returns_are_line_breaks() -> None:
+    assert ansi.line_breaks("a\r\nb\rc\n\r\nd") == "a\nb\nc\n\nd"
+    assert ansi.line_breaks("no return\n") == "no return\n"

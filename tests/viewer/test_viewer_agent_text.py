@@ -16,7 +16,8 @@ from jsonl_sessions import SessionStore
 from jsonl_sessions.keys import key_to_stem
 
 TABLE = "| file | before | after |\n|:-----|-------:|:-----:|\n| `parser.py` | 12 ms | 3 ms |\n"
-PYTEST = ("\x1b[1m=== test session starts ===\x1b[0m\ntests/test_parser.py \x1b[32m.\x1b[0m\x1b[31mF\x1b[0m\n"
+PYTEST = ("collecting 10%\rcollecting 100%\r\n"  # a progress line, and a Windows line end
+          "\x1b[1m=== test session starts ===\x1b[0m\ntests/test_parser.py \x1b[32m.\x1b[0m\x1b[31mF\x1b[0m\n"
           "\x1b]0;retitled\x07\x1b[2J\x1b[H\x1b[31mE   AssertionError\x1b[0m\n"
           "\x1b[31m=== \x1b[1m1 failed\x1b[0m, \x1b[32m41 passed\x1b[0m\x1b[31m in 0.42s ===\x1b[0m\n")
 #: Messages of "broken/middle"; the corrupt line goes after message CORRUPT_AFTER.
@@ -84,6 +85,7 @@ def test_tool_output_shows_its_colours_and_no_escape_codes(browser: Browser, pag
     assert "=== 1 failed, 41 passed in 0.42s ===" in shown  # reads as the terminal showed it
     assert "tests/test_parser.py .F" in shown
     assert "\\x1b" not in shown and "[31m" not in shown and "retitled" not in shown
+    assert "collecting 10%\ncollecting 100%\n" in shown and "\\x0d" not in shown  # carriage returns break lines
     failed = call.locator(".tool-result pre.code span", has_text="1 failed")
     assert failed.evaluate("e => [getComputedStyle(e).color, getComputedStyle(e).fontWeight]") == \
         ["rgb(207, 34, 46)", "700"]  # red and bold, from the stylesheet's classes
