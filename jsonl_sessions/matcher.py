@@ -21,6 +21,10 @@ offsets of its matches.
   a match found in the folded text (where ``ß`` is ``ss``) covers the original characters
   it came from.
 
+- **Shown** (:func:`pieces`): a snippet cut at its matches into marked and unmarked pieces,
+  without the terminal escape sequences of tool output (:mod:`jsonl_sessions.ansi`), for
+  the command line and the viewer alike.
+
 Nothing here reads a store. Cost: O(length of the text) per message; the character map of
 a text is built only when folding changed its length.
 """
@@ -31,7 +35,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from . import records
+from . import ansi, records
 
 #: The most characters of a snippet (more only when the first match alone is longer).
 SNIPPET_CHARS = 200
@@ -117,4 +121,33 @@ def snippet(terms: Iterable[str], text: str) -> tuple[str, tuple[Span, ...]]:
     return text[start:end], inside
 
 
-__all__ = ["CONTEXT_CHARS", "SNIPPET_CHARS", "matches_all", "parse", "searchable", "snippet", "spans"]
+def pieces(text: str, matches: Iterable[Span]) -> list[tuple[str, bool]]:
+    """``text`` (a snippet) cut at ``matches`` (ordered, not overlapping) into ``(piece,
+    marked)`` pairs in order, each without the characters of the text's terminal escape
+    sequences (a match inside one is not shown); empty pieces are left out. Control
+    characters stay: the caller makes them visible. Cost: O(length of the text)."""
+    hidden = ansi.spans(text)
+
+    def shown(start: int, end: int) -> str:
+        if not hidden:
+            return text[start:end]
+        out, at = [], start
+        for s, e in hidden:
+            if e <= at or s >= end:
+                continue
+            out.append(text[at:max(s, at)])
+            at = min(e, end)
+        out.append(text[at:end])
+        return "".join(out)
+
+    cut: list[tuple[str, bool]] = []
+    at = 0
+    for start, end in matches:
+        cut.append((shown(at, start), False))
+        cut.append((shown(start, end), True))
+        at = max(at, end)
+    cut.append((shown(at, len(text)), False))
+    return [(piece, marked) for piece, marked in cut if piece]
+
+
+__all__ = ["CONTEXT_CHARS", "SNIPPET_CHARS", "matches_all", "parse", "pieces", "searchable", "snippet", "spans"]

@@ -6,7 +6,10 @@ errors (1); :func:`jsonl_sessions.cli.main` turns each into one line on stderr.
 
 Everything printed for people goes through :func:`clean`, which makes control characters
 visible (``\\x1b`` and friends), so a message holding terminal escape sequences cannot
-repaint or hijack the terminal that shows it. Machine outputs (``--json``, ``--nl``,
+repaint or hijack the terminal that shows it. Message text (``show``, ``tail``, search
+snippets) first loses its whole escape sequences (:func:`jsonl_sessions.ansi.plain`: the
+colours of tool output), so it reads as the tool printed it; a lone escape still shows.
+``show`` and ``tail`` also break lines at carriage returns (``\\r\\n`` or alone). Machine outputs (``--json``, ``--nl``,
 ``--jsonl``, ``export``) are JSON, written by orjson.
 """
 
@@ -22,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from .. import ansi
 from ..types import ChatMessage, SessionMetadata
 
 PROG = "jsonl-sessions"
@@ -168,7 +172,7 @@ def render_message(m: ChatMessage, width: int) -> str:
     lines = [message_header(m)]
     body: list[str] = []
     for text in [*_content_texts(m.content), *_tool_calls(m)]:
-        for raw in clean(text).split("\n"):
+        for raw in clean(ansi.line_breaks(ansi.plain(text))).split("\n"):
             if width and len(raw) + len(INDENT) > width:
                 body.extend(textwrap.wrap(raw, width, initial_indent=INDENT, subsequent_indent=INDENT,
                                           break_on_hyphens=False, drop_whitespace=True) or [INDENT])

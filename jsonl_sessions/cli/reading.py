@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import orjson
 
+from .. import matcher
 from ..errors import InvalidArgumentError, MessageNotFoundError, SessionNotFoundError, SessionStoreError
 from ..jsonl.control import read_head
 from ..jsonl.layout import FileState, SessionFiles
@@ -145,14 +146,10 @@ def _messages(store: SessionBackend, key: str, after: str = "", *, missing_ok: b
 
 
 def _marked(hit: SearchHit, mark: tuple[str, str]) -> str:
-    """The hit's snippet on one line, each match between the two halves of ``mark``."""
-    parts, at = [], 0
-    for start, end in hit.matches:
-        parts += [clean(hit.snippet[at:start], one_line=True), mark[0],
-                  clean(hit.snippet[start:end], one_line=True), mark[1]]
-        at = end
-    parts.append(clean(hit.snippet[at:], one_line=True))
-    return "".join(parts)
+    """The hit's snippet on one line without terminal escape sequences, each match between
+    the two halves of ``mark``."""
+    return "".join(f"{mark[0]}{clean(piece, one_line=True)}{mark[1]}" if marked else clean(piece, one_line=True)
+                   for piece, marked in matcher.pieces(hit.snippet, hit.matches))
 
 
 def _hit_json(hit: SearchHit) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 import orjson
 
+from .. import matcher
 from ..errors import InvalidSessionKeyError, MessageNotFoundError, SessionNotFoundError, SessionStoreError
 from ..protocol import SessionBackend
 from ..types import SearchHit, SessionMetadata
@@ -154,12 +155,14 @@ class Viewer:
         meta = self.store.get_session_metadata(key)
         if meta is None:
             raise SessionNotFoundError(key=key)
-        shown = source.window(self.store, key, before=cursors["before"], after=cursors["after"], at=cursors["at"])
+        with source.store_warnings() as problems:
+            shown = source.window(self.store, key, before=cursors["before"], after=cursors["after"],
+                                  at=cursors["at"])
         link, raw = _links(key)
         title = visible(meta.name, one_line=True) if meta.name else visible(key, one_line=True)
         return self._page(
             "session.html", title=title, key=key, meta=meta, messages=model.views(shown.messages),
-            link=link, raw=raw, live=shown.live, target=cursors["at"],
+            problems=_shown(problems), link=link, raw=raw, live=shown.live, target=cursors["at"],
             older_url=url("/session", key=key, before=shown.older) if shown.older else None,
             newer_url=url("/session", key=key, after=shown.newer) if shown.newer else None,
             older_part=url("/messages.part", key=key, before=shown.older) if shown.older else None,
@@ -173,15 +176,21 @@ class Viewer:
             raise HttpError(400, "give one of before and after")
         link, raw = _links(key)
         if before is not None:
-            shown = source.window(self.store, key, before=before)
+            with source.store_warnings() as problems:
+                shown = source.window(self.store, key, before=before)
             older = url("/messages.part", key=key, before=shown.older) if shown.older else None
-            html = render("_messages.html", messages=model.views(shown.messages), link=link, raw=raw)
+            html = render("_messages.html", messages=model.views(shown.messages), problems=_shown(problems),
+                          link=link, raw=raw)
             return _json({"html": html, "older": older, "older_page": url("/session", key=key, before=shown.older)
                           if shown.older else None})
         assert after is not None
-        page = self.store.page(key, limit=TAIL_PAGE, after=after, whole_turns=True)
+        with source.store_warnings() as problems:
+            page = self.store.page(key, limit=TAIL_PAGE, after=after, whole_turns=True)
         last = page.messages[-1].id if page.messages else after
-        html = render("_messages.html", messages=model.views(page.messages), link=link, raw=raw)
+        # a skipped line is reported with the messages after it (``count`` stays the messages:
+        # a poll that found only a corrupt line adds nothing, and the next one reads it again)
+        html = render("_messages.html", messages=model.views(page.messages),
+                      problems=_shown(problems) if page.messages else [], link=link, raw=raw)
         return _json({"html": html, "newer": url("/messages.part", key=key, after=last), "more": page.has_more,
                       "count": len(page.messages)})
 
@@ -201,13 +210,15 @@ class Viewer:
         keys = [k for k in params.get("key", ()) if k] or None
         chosen = {"role": role or "", "alias": alias or "", "name": name or ""}
         if not text:
-            return self._page("search.html", query="", hits=[], next_url=None, chosen=chosen)
-        found = source.search_page(self.store, text, roles=[role] if role else None, keys=keys, agent_alias=alias,
-                                   name=name, cursor=_one(params, "cursor") or None)
+            return self._page("search.html", query="", hits=[], next_url=None, chosen=chosen, problems=[])
+        with source.store_warnings() as problems:
+            found = source.search_page(self.store, text, roles=[role] if role else None, keys=keys,
+                                       agent_alias=alias, name=name, cursor=_one(params, "cursor") or None)
         hits = [_hit(h) for h in found.hits]
         next_url = None if found.cursor is None else url("/search", q=text, role=role, alias=alias, name=name,
                                                          cursor=found.cursor)
-        return self._page("search.html", query=text, hits=hits, next_url=next_url, chosen=chosen)
+        return self._page("search.html", query=text, hits=hits, next_url=next_url, chosen=chosen,
+                          problems=_shown(problems))
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -222,6 +233,11 @@ def _required(params: Mapping[str, Sequence[str]], name: str) -> str:
     if value is None:
         raise HttpError(400, f"the parameter {name!r} is required")
     return value
+
+
+def _shown(problems: list[str]) -> list[str]:
+    """The store's warnings about a page (lines it could not read), as display text."""
+    return [visible(p) for p in problems]
 
 
 def _json(value: Any) -> Response:
@@ -270,15 +286,7 @@ def session_texts(meta: SessionMetadata) -> dict[str, Any]:
 
 def _hit(hit: SearchHit) -> dict[str, Any]:
     """A search hit as shown: the snippet cut into (text, marked) pieces at its matches."""
-    pieces: list[tuple[str, bool]] = []
-    at = 0
-    for start, end in hit.matches:
-        if start > at:
-            pieces.append((visible(hit.snippet[at:start], one_line=True), False))
-        pieces.append((visible(hit.snippet[start:end], one_line=True), True))
-        at = max(at, end)
-    if at < len(hit.snippet):
-        pieces.append((visible(hit.snippet[at:], one_line=True), False))
+    pieces = [(visible(text, one_line=True), marked) for text, marked in matcher.pieces(hit.snippet, hit.matches)]
     return {"key_text": visible(hit.key, one_line=True), "role": visible(hit.role, one_line=True),
             "time": model.utc_text(hit.created_at), "iso": model.iso_text(hit.created_at), "pieces": pieces,
             "url": url("/session", key=hit.key, at=hit.message_id) + "#m-" + quote(hit.message_id, safe="")}

@@ -68,8 +68,10 @@ def _message(m: model.MessageView, level: str = "###") -> list[str]:
     if m.result_for is not None:
         out.append(f"Result of tool call {code(m.result_for)}\n")
     out.extend(_parts(m))
-    if not m.parts and not m.tool_calls:
+    if not m.parts and not m.tool_calls and not m.results:
         out.append("*(no content)*\n")
+    for result in m.results:  # a tool_result block whose call is not in this export
+        out.extend(_message(result, "####"))
     for call in m.tool_calls:
         out.append(f"**Tool call** {code(call.name)}" + (f" {code(call.id)}" if call.id else "") + "\n")
         if call.arguments:

@@ -4,13 +4,18 @@ the tool calls each with its result, a compaction mark. Pure Python, no dependen
 
 A tool result is a message with ``tool_call_id`` in its extras; its call is the entry
 with that ``id`` in the ``tool_calls`` list of an earlier message (the OpenAI chat
-format, :func:`jsonl_sessions.records.calls`). :func:`views` pairs each result with its
-call when both are in the messages it is given; a result whose call is not among them
-stays a message of its own (``result_for`` names the call, so the page can link or move
-it).
+format, :func:`jsonl_sessions.records.calls`). Content blocks in the Anthropic format (what
+Claude Code transcripts and the Claude SDKs store) are read the same way: a ``tool_use``
+block (``id``, ``name``, ``input``) is a tool call, a ``tool_result`` block
+(``tool_use_id``, ``content``) its result. :func:`views` pairs each result with its call
+when both are in the messages it is given; a result whose call is not among them stays
+where it is (``result_for`` names the call, so the page can link or move it).
 
-Every string meant to be read has its control characters made visible (``\\x1b``,
-``\\x00``...: terminal escapes and NULs show as text, by the command line's own
+Message text has its terminal escape sequences taken out (:mod:`jsonl_sessions.ansi`):
+tool output keeps its colours as styled runs (``Part.runs``), prose and arguments lose
+them, and a carriage return (``\\r\\n``, or alone) is a line break. Every string meant to
+be read then has its control characters made visible
+(``\\x1b``, ``\\x00``...: a lone escape or NUL shows as text, by the command line's own
 :func:`~jsonl_sessions.cli.output.clean`),
 and a text longer than :data:`MAX_TEXT` characters is cut there (``omitted`` says how
 much is left out; the message's raw JSON holds all of it). Cost: O(size of the messages).
@@ -25,6 +30,7 @@ from typing import Any, Literal
 
 import orjson
 
+from .. import ansi
 from ..cli.output import clean
 from ..records import tool_call_id_of
 from ..types import ChatMessage, datetime_of_ms
@@ -73,12 +79,16 @@ def iso_text(when: datetime | int | None) -> str:
 class Part:
     """One piece of a message's content: ``text`` (prose, rendered as Markdown), ``code``
     (shown as it is: tool output) or ``json`` (a structured part, shown as JSON under
-    ``label``). ``omitted``: characters cut off the end (see :data:`MAX_TEXT`)."""
+    ``label``). ``text`` has no terminal escape sequence left. ``runs``: a code part's
+    ``text`` cut where its colours change, each piece with its ``ansi-*`` classes ("" for
+    none; see :func:`jsonl_sessions.ansi.runs`), empty for other kinds. ``omitted``:
+    characters cut off the end (see :data:`MAX_TEXT`)."""
 
     kind: Literal["text", "code", "json"]
     text: str
     label: str = ""
     omitted: int = 0
+    runs: list[ansi.Run] = field(default_factory=list)
 
 
 @dataclass
@@ -106,6 +116,9 @@ class MessageView:
     parts: list[Part]
     tool_calls: list[ToolCall] = field(default_factory=list)
     result_for: str | None = None
+    #: The message's ``tool_result`` content blocks, each shown as a result of its own
+    #: (same id, role and time), those whose call is in the same view taken out by :func:`views`.
+    results: list[MessageView] = field(default_factory=list)
 
     @property
     def compaction(self) -> bool:
@@ -113,13 +126,35 @@ class MessageView:
 
 
 def _cut(text: str, limit: int | None = MAX_TEXT) -> tuple[str, int]:
-    text = visible(text)
+    text = visible(ansi.plain(text))
     if limit is None or len(text) <= limit:
         return text, 0
     return text[:limit], len(text) - limit
 
 
+def _cut_runs(text: str, limit: int | None) -> tuple[list[ansi.Run], int]:
+    """The styled runs of ``text`` made visible, cut after ``limit`` characters in all."""
+    shown: list[ansi.Run] = []
+    room = limit
+    omitted = 0
+    for piece, classes in ansi.runs(text):
+        piece = visible(piece)
+        if room is not None and len(piece) > room:
+            omitted += len(piece) - room
+            piece = piece[:room]
+        if piece:
+            shown.append((piece, classes))
+        if room is not None:
+            room -= len(piece)
+    return shown, omitted
+
+
 def _part(kind: Literal["text", "code", "json"], text: str, label: str = "", limit: int | None = MAX_TEXT) -> Part:
+    if kind != "json":  # JSON escapes its own; in text, a carriage return ends a line
+        text = ansi.line_breaks(text)
+    if kind == "code":
+        runs, omitted = _cut_runs(text, limit)
+        return Part(kind, "".join(piece for piece, _ in runs), visible(label), omitted, runs)
     shown, omitted = _cut(text, limit)
     return Part(kind, shown, visible(label), omitted)
 
@@ -147,8 +182,8 @@ def parts_of(content: Any, *, prose: bool = True, limit: int | None = MAX_TEXT) 
     return parts
 
 
-def _tool_calls(extra: Mapping[str, Any], limit: int | None) -> list[ToolCall]:
-    calls = extra.get("tool_calls")
+def _tool_calls(calls: Any, limit: int | None) -> list[ToolCall]:
+    """The tool calls of an OpenAI ``tool_calls`` list or of Anthropic ``tool_use`` blocks."""
     if not isinstance(calls, list):
         return []
     out = []
@@ -180,12 +215,37 @@ def view(message: ChatMessage, *, cut: bool = True) -> MessageView:
     result_for = tool_call_id_of(extra)
     role = message.role
     name = extra.get("name")
-    return MessageView(
-        id=message.id, role=visible(role), role_class=role if role in ROLES else "other",
-        kind=visible(message.kind), created_at=message.created_at, time=utc_text(message.created_at),
-        iso=iso_text(message.created_at), name=visible(name) if isinstance(name, str) else "",
-        parts=parts_of(message.content, prose=result_for is None and role != "tool", limit=limit),
-        tool_calls=_tool_calls(extra, limit), result_for=visible(result_for) if result_for is not None else None)
+    content, uses, results = _blocks(message.content)
+
+    def shown(parts: list[Part], result_for: str | None) -> MessageView:
+        return MessageView(
+            id=message.id, role=visible(role), role_class=role if role in ROLES else "other",
+            kind=visible(message.kind), created_at=message.created_at, time=utc_text(message.created_at),
+            iso=iso_text(message.created_at), name=visible(name) if isinstance(name, str) else "",
+            parts=parts, result_for=visible(result_for) if result_for is not None else None)
+
+    main = shown(parts_of(content, prose=result_for is None and role != "tool", limit=limit), result_for)
+    main.tool_calls = _tool_calls(extra.get("tool_calls"), limit) + _tool_calls(uses, limit)
+    main.results = [shown(parts_of(block.get("content"), prose=False, limit=limit), block["tool_use_id"])
+                    for block in results]
+    return main
+
+
+def _blocks(content: Any) -> tuple[Any, list[dict[str, Any]], list[dict[str, Any]]]:
+    """``content`` without its Anthropic ``tool_use`` and ``tool_result`` blocks, and those
+    blocks (only a list content has them)."""
+    if not isinstance(content, list):
+        return content, [], []
+    rest, uses, results = [], [], []
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "tool_use" and isinstance(block.get("id"), str):
+            uses.append(block)
+        elif kind == "tool_result" and isinstance(block.get("tool_use_id"), str):
+            results.append(block)
+        else:
+            rest.append(block)
+    return (rest if uses or results else content), uses, results
 
 
 def views(messages: Iterable[ChatMessage], *, cut: bool = True) -> list[MessageView]:
@@ -200,6 +260,17 @@ def views(messages: Iterable[ChatMessage], *, cut: bool = True) -> list[MessageV
             if call is not None:
                 call.result = shown
                 continue
+        if shown.results:
+            unpaired = []
+            for result in shown.results:
+                call = open_calls.pop(result.result_for or "", None)
+                if call is not None:
+                    call.result = result
+                else:
+                    unpaired.append(result)
+            shown.results = unpaired
+            if not (shown.parts or shown.tool_calls or unpaired):
+                continue  # only results, each now inside its call
         for call in shown.tool_calls:
             if call.id:
                 open_calls[call.id] = call

@@ -10,10 +10,17 @@ read of the store's public API; nothing here writes.
   (O(page + log n) on every backend), never the whole session. Pages are widened so that
   a tool result is not cut from its call (``whole_turns=True``).
 - :func:`search_page`: :meth:`~jsonl_sessions.protocol.SessionBackend.search_messages`.
+- :func:`store_warnings`: what the store warned about while a page was read. Reads are
+  lenient: a line that does not parse is skipped with a logged warning (line and byte
+  offset), so the page says so instead of showing a shorter history as if it were whole.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..errors import MessageNotFoundError
@@ -75,7 +82,8 @@ def window(store: SessionBackend, key: str, *, before: str | None = None, after:
 
     :raises SessionNotFoundError: no such session.
     :raises MessageNotFoundError: a cursor or ``at`` names no message of the session.
-    Cost: at most three pages (O(limit + log n))."""
+    Cost: at most three pages and one lookup by id (O(limit + log n); the lookup of ``at``
+    is O(n) on a JSONL transcript when that id is not a ULID, as an older store's can be)."""
     if at is not None:
         message = store.get_message(key, at)
         if message is None:
@@ -114,4 +122,45 @@ def search_page(store: SessionBackend, text: str, *, roles: list[str] | None = N
                                  limit=limit)
 
 
-__all__ = ["LIST_PAGE", "PAGE", "SEARCH_PAGE", "Filters", "Window", "list_page", "search_page", "window"]
+class _Collector(logging.Handler):
+    """The library logger's warnings, kept for the threads that asked for them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.by_thread: dict[int, list[str]] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        kept = self.by_thread.get(record.thread) if record.thread is not None else None
+        if kept is not None:
+            text = record.getMessage()
+            if text not in kept:
+                kept.append(text)
+
+
+_LOGGER = logging.getLogger("jsonl_sessions")
+_COLLECTOR = _Collector()
+_COLLECTOR_LOCK = threading.Lock()
+
+
+@contextmanager
+def store_warnings() -> Iterator[list[str]]:
+    """The warnings the store logs in this thread while the block runs (a corrupt line a
+    page or a search skipped, with its line and byte offset), each once, in order. Each
+    request of the server runs in a thread of its own, so requests do not see each other's.
+    The warnings still reach the logger's other handlers (the terminal of ``serve``); a
+    logger silenced below WARNING reports nothing here either."""
+    ident = threading.get_ident()
+    kept: list[str] = []
+    with _COLLECTOR_LOCK:
+        if _COLLECTOR not in _LOGGER.handlers:
+            _LOGGER.addHandler(_COLLECTOR)
+        _COLLECTOR.by_thread[ident] = kept
+    try:
+        yield kept
+    finally:
+        with _COLLECTOR_LOCK:
+            _COLLECTOR.by_thread.pop(ident, None)
+
+
+__all__ = ["LIST_PAGE", "PAGE", "SEARCH_PAGE", "Filters", "Window", "list_page", "search_page", "store_warnings",
+           "window"]

@@ -361,6 +361,18 @@ def test_search_prints_each_matching_message_like_grep(any_store: tuple[pathlib.
     assert code == 0 and len(lines) == 4 and not any("**" in line for line in lines)
 
 
+def test_search_snippets_of_coloured_tool_output_read_as_the_terminal_showed_them(run: Run,
+                                                                                   store: SessionStore) -> None:
+    ident = store.append("t", {"role": "tool", "tool_call_id": "c", "content":
+                               "\x1b[31mE   AssertionError: boom\x1b[0m\n\x1b]0;retitled\x07\x1b[2J"
+                               "\x1b[31m=== \x1b[1m1 failed\x1b[0m, \x1b[32m41 passed\x1b[0m ==="})
+    code, out, _ = run("search", "failed")
+    assert code == 0
+    assert out == f"t  {ident}  tool  E   AssertionError: boom\\n=== 1 **failed**, 41 passed ===\n"
+    code, out, _ = run("show", "t", "--around", ident, "-C", "1")
+    assert code == 0 and "    === 1 failed, 41 passed ===\n" in out and "\\x1b" not in out and "\x1b" not in out
+
+
 def test_search_filters_pages_and_opens_a_hit_in_context(root: pathlib.Path, store: SessionStore,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     ids = store.append_many("k", [{"role": "user" if i % 2 else "assistant", "content": f"step {i} of the deploy",
@@ -443,7 +455,7 @@ def test_show_renders_roles_tool_calls_and_wraps_long_text(run: Run, store: Sess
     assert re.search(r"^user  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d  01", out, re.MULTILINE)
     assert '-> lookup({"q":1})  [call_9]' in out
     assert "result of call_9" in out
-    assert "\x1b" not in out and "\x07" not in out and "\\x1b]0;title\\x07" in out
+    assert "\x1b" not in out and "\x07" not in out and "evil  text" in out  # the title sequence taken out
     code, out, _ = run("show", "s", "--width", "0")
     assert long_text in out
 

@@ -57,7 +57,8 @@ def test_markdown_keeps_each_content_exactly_inside_a_fence_it_cannot_close(root
     fences = [t.content for t in tokens if t.type == "fence"]
     for text in TRICKY[:4] + TRICKY[5:]:
         assert text + ("" if text.endswith("\n") else "\n") in fences
-    assert "ESC \\x1b[31m and NUL \\x00\n" in fences  # control characters shown, as the viewer shows them
+    # the colour sequence taken out, the other control characters shown, as the viewer shows them
+    assert "ESC  and NUL \\x00\n" in fences
     headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
     assert headings[0] == "Name with `ticks`"
     roles = [h.split(" ")[0] for h in headings[1:]]
@@ -121,3 +122,21 @@ def test_a_missing_session_is_an_error(root: pathlib.Path, capsys: Any) -> None:
     capsys.readouterr()
     assert main(["--root", str(root), "export", "nope", "--format", "html"]) == 1
     assert "nope" in capsys.readouterr().err
+
+
+def test_markdown_shows_anthropic_tool_blocks_as_calls_with_their_results(tmp_path: pathlib.Path, capsys: Any) -> None:
+    store = SessionStore(tmp_path / "blocks")
+    store.append_many("s", [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                                           "input": {"command": "ls"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": "\x1b[34mREADME.md\x1b[0m"}]},
+    ])
+    capsys.readouterr()
+    assert main(["--root", str(tmp_path / "blocks"), "export", "s", "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    tokens = markdown_it.MarkdownIt("commonmark").parse(out)
+    fences = [t.content for t in tokens if t.type == "fence"]
+    assert "**Tool call** `Bash` `toolu_1`" in out and '{\n  "command": "ls"\n}\n' in fences
+    assert "README.md\n" in fences and "Result of tool call `toolu_1`" in out  # the result under its call
+    assert len(re.findall(r"^### ", out, re.MULTILINE)) == 1 and "tool_use" not in out  # no block as JSON

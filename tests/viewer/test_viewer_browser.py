@@ -229,7 +229,9 @@ def test_hostile_transcripts_run_nothing_fetch_nothing_and_break_nothing(signed_
     shown = page.locator("#messages").inner_text()
     assert "<script>window.__pwned = 1; alert('script')</script>" in shown  # as text
     assert '<img src=x onerror="window.__pwned=1; alert(1)">' in shown
-    assert "\\x00" in shown and "\\x1b[31mred" in shown and "\\x9b31m" in shown  # controls made visible
+    assert "NUL \\x00 BEL \\x07" in shown and "DEL \\x7f" in shown  # controls made visible
+    assert "ESC red" in shown and "0;title" not in shown and "\\x1b" not in shown  # escape sequences taken out
+    assert "\\x9b" not in shown and "31m" not in shown  # the 8-bit CSI too
     assert "RLO \\u202e reversed" in shown  # a bidi override cannot reorder what follows
     assert page.locator("#messages a[href^=javascript]").count() == 0
     assert page.locator("#messages img, #messages iframe, #messages svg, #messages script").count() == 0
