@@ -511,8 +511,8 @@ TABLE: dict[str, Command] = {
         "{role, content, ...} objects as OpenAI-style SDKs produce (or an object with a \"messages\" "
         "array). Extra fields (tool_calls, tool_call_id, name...) are kept; so are ids and created_at. "
         "Written in one atomic batch. Refuses an existing session unless --append. With --from: PATH is "
-        "a Claude Code transcript (<project>/<session>.jsonl, with its subagent transcripts) or project "
-        "directory, imported as claude/<project>/<session> (entries already there, by uuid, are "
+        "a Claude Code transcript (<project>/<session>.jsonl, with its subagent transcripts), a project "
+        "directory or the directory of projects (~/.claude/projects), imported as claude/<project>/<session> (entries already there, by uuid, are "
         "skipped), or a Codex CLI rollout file or sessions directory, imported as codex/<session id>. "
         "Unknown line types, a byte order mark and a torn last line are tolerated.",
         _import, cmd_import),

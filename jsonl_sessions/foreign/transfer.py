@@ -61,14 +61,19 @@ class Imported:
 def import_claude_code(store: SessionBackend, path: str | os.PathLike[str], *,
                        prefix: str = DEFAULT_PREFIX) -> list[Imported]:
     """Import the transcript at ``path`` (a ``.jsonl`` file, with its subagent
-    transcripts) or every transcript of the project directory ``path``. The project key
-    is the name of the directory the file is in, the session id the file name without
-    ``.jsonl`` (as the Claude Agent SDK names them). FileNotFoundError when there is no
-    such file or the directory holds no transcript."""
+    transcripts), every transcript of the project directory ``path`` (``<project>/*.jsonl``),
+    or, for a directory holding no transcript itself, every project below it (the
+    directory of projects, ``~/.claude/projects``). The project key is the name of the
+    directory the file is in, the session id the file name without ``.jsonl`` (as the
+    Claude Agent SDK names them). FileNotFoundError when there is no such file or no
+    transcript in the directory or its projects."""
     source = Path(path)
-    files = sorted(source.glob("*.jsonl")) if source.is_dir() else [source]
+    if source.is_dir():
+        files = sorted(source.glob("*.jsonl")) or sorted(source.glob("*/*.jsonl"))
+    else:
+        files = [source]
     if not files:
-        raise FileNotFoundError(f"no Claude Code transcript (*.jsonl) in {source}")
+        raise FileNotFoundError(f"no Claude Code transcript (*.jsonl) in {source} or its project directories")
     sessions = ClaudeSessions(store, prefix=prefix)
     done = []
     for transcript in files:

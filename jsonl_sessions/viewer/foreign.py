@@ -43,14 +43,7 @@ def load_folder(kind: Kind, path: str | os.PathLike[str]) -> SessionBackend:
     if not source.exists():
         raise FileNotFoundError(f"no such file or directory: {source}")
     if kind == "claude-code":
-        if source.is_file() or any(source.glob("*.jsonl")):
-            import_claude_code(store, source)
-        else:
-            projects = [d for d in sorted(source.iterdir()) if d.is_dir() and any(d.glob("*.jsonl"))]
-            if not projects:
-                raise FileNotFoundError(f"no Claude Code transcript (*.jsonl) in {source} or its project directories")
-            for project in projects:
-                import_claude_code(store, project)
+        import_claude_code(store, source)
     else:
         files = [source] if source.is_file() else list(iter_codex_rollouts(source))
         for rollout in files:

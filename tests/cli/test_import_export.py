@@ -113,6 +113,21 @@ def test_import_claude_code_project_with_subagents(store: SessionStore, claude_p
     assert [md.key for md in store.search(SessionQuery("parse_line"))] == [main_key()]
 
 
+def test_import_claude_code_takes_the_directory_of_projects(store: SessionStore, claude_project: pathlib.Path) -> None:
+    other = claude_project.parent / "-work-lib"
+    other.mkdir()
+    (other / "a.jsonl").write_bytes(lines(SUBAGENT))
+    (claude_project.parent / "notes.txt").write_text("not a project")
+    done = import_claude_code(store, claude_project.parent)  # ~/.claude/projects
+    assert [d.key for d in done] == [ClaudeKey("-work-app", SID).store_key(),
+                                     ClaudeKey("-work-app", SID, "subagents/agent-1").store_key(),
+                                     ClaudeKey("-work-lib", "a").store_key()]
+    assert store.get_message_count(ClaudeKey("-work-lib", "a").store_key()) == len(SUBAGENT)
+    (claude_project.parent / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="project directories"):
+        import_claude_code(store, claude_project.parent / "empty")
+
+
 def test_imported_claude_session_is_what_the_sdk_adapter_resumes(store: SessionStore,
                                                                  claude_project: pathlib.Path) -> None:
     require("claude_agent_sdk")
