@@ -53,8 +53,9 @@ LOGGER = logging.getLogger("jsonl_sessions")
 
 
 class _WarningsToStderr(logging.Handler):
-    """Library warnings as one ``jsonl-sessions: warning: ...`` line each, each once (a
-    following ``tail -f`` would otherwise repeat the same one every poll)."""
+    """Library warnings and errors as one ``jsonl-sessions: warning: ...`` (``error: ...``,
+    with the exception that caused it) line each, each once (a following ``tail -f`` would
+    otherwise repeat the same one every poll)."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -62,9 +63,12 @@ class _WarningsToStderr(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage()
+        cause = record.exc_info[1] if record.exc_info else None
+        if cause is not None:
+            text += f": {type(cause).__name__}: {cause}"
         if text not in self.seen:
             self.seen.add(text)
-            err(f"warning: {text}")
+            err(f"{'error' if record.levelno >= logging.ERROR else 'warning'}: {text}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,6 +10,7 @@ KB at most, and the live tail is polling (one small request a second per open se
 from __future__ import annotations
 
 import http.server
+import logging
 import socket
 import threading
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from .app import REASONS, Response, Viewer
 from .security import HEADERS, METHODS, Guard, Refusal, new_token
+
+_log = logging.getLogger("jsonl_sessions")
 
 #: The longest request line and header the server reads (anything longer is refused).
 MAX_URL = 16_384
@@ -87,6 +90,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         try:
             response = self.server.viewer.handle(parts.path, params)
         except Exception:  # noqa: BLE001 - one bad request must not end the server; the page says so
+            _log.exception("the viewer failed on %s", parts.path)  # the cause, for whoever runs it
             response = self.server.viewer.error(500, "the viewer failed on this request")
         self._send(response, head=head)
 

@@ -184,3 +184,22 @@ def test_browsing_changes_no_byte_of_the_store(tmp_path: pathlib.Path, kind: str
     after = _tree(where)
     assert after == before
     assert os.listdir(where)  # the comparison looked at files
+
+
+def test_a_request_that_fails_is_logged_with_its_cause(tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The store's file is overwritten under a running viewer: the page says it failed (500)
+    # and the cause reaches the log with its traceback, so a user can tell what broke.
+    path = tmp_path / "store.sqlite3"
+    store = SqliteSessionStore(str(path))
+    _fill(store)
+    server = Running(store)
+    try:
+        path.write_bytes(b"this is not a database" * 400)
+        caplog.set_level("ERROR", logger="jsonl_sessions")
+        status, _headers, _body = _request(server, "GET", "/session?key=chat%2Fa", _signed(server))
+    finally:
+        server.stop()
+    assert status == 500
+    failed = [r for r in caplog.records if r.levelname == "ERROR" and "/session" in r.getMessage()]
+    assert failed and failed[0].exc_info is not None, caplog.text
+    assert "DatabaseError" in caplog.text
