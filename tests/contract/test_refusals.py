@@ -229,8 +229,9 @@ def test_duplicate_and_out_of_order_ids(store: SessionStore, backend: Backend) -
 def test_duplicates_inside_one_append_many_batch(store: SessionStore, backend: Backend) -> None:
     store.append("k", user("a"))
     before = backend.state(store, ("new",))
-    x = ids.encode(((ids.now_ms() + 3_600_000) << 80) + 1)  # an hour ahead: after every id made meanwhile
-    y = ids.encode((ids.now_ms() + 3_600_000) << 80)
+    ahead = ids.now_ms() + 3_600_000  # an hour ahead: after every id made meanwhile
+    x = ids.encode((ahead << 80) + 1)
+    y = ids.encode(ahead << 80)  # one clock reading for both: y sorts just before x
     for batch in (
         [user(id=x), user(id=x)],
         [user(id=x), user(), user(id=x)],
