@@ -80,7 +80,9 @@ class Seen:
     and each is checked against the files on its own, so threads listing at once can
     only disagree on which still-valid entries are kept."""
 
-    def __init__(self) -> None:
+    def __init__(self, settle_ns: int = SETTLED_NS) -> None:
+        #: see :data:`SETTLED_NS` (a test may shorten it, then wait that long and a tick)
+        self.settle_ns = settle_ns
         self._entries: dict[str, Entry] = {}
         self._listings = 0
 
@@ -122,7 +124,7 @@ class Round:
         self.seen = seen
         self.keeping = keep
         #: ctimes from this one on are too recent to trust (see :data:`SETTLED_NS`)
-        self.settled = time.time_ns() - SETTLED_NS
+        self.settled = time.time_ns() - seen.settle_ns
         self.fresh: dict[str, Entry] = {}
 
     def has(self, stem: str) -> bool:
