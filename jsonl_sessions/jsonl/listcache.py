@@ -41,6 +41,7 @@ control file more (nine calls), and a session whose files are unchanged three ``
 from __future__ import annotations
 
 import os
+import struct
 import time
 from typing import NamedTuple
 
@@ -50,16 +51,19 @@ from ..types import SessionMetadata
 #: How long before a listing began every ctime of a session's files must be for what was
 #: read of it to be kept (2 s: far above any file system clock's tick).
 SETTLED_NS = 2_000_000_000
-#: The most sessions kept; a store with more starts over when it reaches this.
-MAX_ENTRIES = 200_000
+#: The most sessions kept (about 0.7 KB each, with their metadata): a listing of a store
+#: with more keeps nothing.
+MAX_ENTRIES = 100_000
 
-#: A file's identity and look: inode, device, size, mtime (ns), ctime (ns). None: absent.
-Stamp = tuple[int, int, int, int, int]
+#: A file's identity and look, packed (40 bytes, a third of a tuple's memory): inode,
+#: device, size, mtime (ns), ctime (ns).
+Stamp = bytes
+_STAMP = struct.Struct("<QQQqq")
 
 
 def stamp(st: os.stat_result) -> Stamp:
     """What :class:`Seen` compares of a file's stat."""
-    return st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    return _STAMP.pack(st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class Entry(NamedTuple):
@@ -86,11 +90,12 @@ class Seen:
         self._entries: dict[str, Entry] = {}
         self._listings = 0
 
-    def begin(self) -> Round:
-        """Start a listing: what it may reuse, and whether it keeps what it reads (from
-        the second listing of this object on)."""
+    def begin(self, sessions: int) -> Round:
+        """Start a listing of a store of ``sessions`` sessions: what it may reuse, and
+        whether it keeps what it reads (from the second listing of this object on, and
+        only when the store has at most :data:`MAX_ENTRIES` sessions)."""
         self._listings += 1
-        return Round(self, keep=self._listings > 1)
+        return Round(self, keep=self._listings > 1 and sessions <= MAX_ENTRIES)
 
     def get(self, stem: str) -> Entry | None:
         return self._entries.get(stem)

@@ -200,7 +200,7 @@ def everything(root: Root) -> list[SessionMetadata]:
     (:mod:`jsonl_sessions.jsonl.listcache`: three ``lstat`` a session instead of eight calls)."""
     entries, controls = scan(root.path)
     prefix = os.path.join(root.path, "")
-    kept = root.seen.begin()
+    kept = root.seen.begin(len(entries))
     out = []
     for key, stem in entries:
         md = _listed_at(root, kept, prefix, key, stem, stem in controls)
@@ -284,7 +284,7 @@ def listing(root: Root, spec: Listing) -> SessionList:
     elif spec.descending:
         order.reverse()
     want = None if spec.limit is None else spec.offset + spec.limit + 1
-    kept = root.seen.begin()
+    kept = root.seen.begin(len(entries))
 
     def looked() -> Iterator[tuple[SessionMetadata, Value]]:
         found = 0
