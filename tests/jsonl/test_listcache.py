@@ -11,6 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _budget import sized
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from syscalls import SyscallProbe
 
 from jsonl_sessions import ChatMessage, SessionStore
@@ -193,3 +196,74 @@ def test_a_caller_changing_a_listed_context_never_changes_the_next_listing(tmp_p
             md.context["mine"] = "x"  # the dict of a frozen dataclass is still a dict
             md.context.pop("team", None)
     assert store.list_sessions_with_metadata() == want
+
+
+# -- property: a store object that lists again lists what a new one lists --------------------
+KEYS = ("a", "b", "c")
+STEP_SETTLE = 0.02  # far above this file system's clock tick (a few ms at most)
+
+
+def _tool_edit_name(writer: SessionStore, key: str, letter: str) -> None:
+    path = _path(writer, key, ".meta.json")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    at = data.find(b'"name": "n-')
+    if at != -1:
+        old = data[at:at + 12]
+        _edit_in_place_keeping_the_mtime(path, old, old[:11] + letter.encode())
+
+
+def _tool_append(writer: SessionStore, key: str) -> None:
+    path = _path(writer, key, ".jsonl")
+    try:
+        lines = path.read_bytes().splitlines(keepends=True)
+    except FileNotFoundError:
+        return
+    if lines:
+        with open(path, "ab") as f:  # another tool's line: the count cache no longer matches
+            f.write(lines[-1])
+
+
+STEPS: dict[str, Callable[[SessionStore, str, str], object]] = {
+    "append": lambda w, k, x: w.append(k, ChatMessage("user", f"hi {x}")),
+    "name": lambda w, k, x: w.session_exists(k) and w.set_session_name(k, f"n-{x}"),
+    "context": lambda w, k, x: w.session_exists(k) and w.set_session_context(k, {"x": x}),
+    "state": lambda w, k, x: w.session_exists(k) and w.set_session_state(k, "running" if x < "n" else "idle"),
+    "delete": lambda w, k, x: w.delete_session(k),
+    "clear": lambda w, k, x: w.session_exists(k) and w.clear_messages(k),
+    "tool edits the name in place": lambda w, k, x: _tool_edit_name(w, k, x),
+    "tool appends": lambda w, k, x: _tool_append(w, k),
+}
+
+
+@settings(max_examples=sized(10, 100), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(steps=st.lists(st.tuples(st.sampled_from(sorted(STEPS)), st.sampled_from(KEYS),
+                                st.sampled_from("abcdefghijklmnopqrstuvwxyz"), st.booleans()),
+                      min_size=1, max_size=8))
+def test_a_store_object_that_lists_again_lists_what_a_new_one_lists(
+        tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, str, str, bool]]) -> None:
+    """Changes by another store object and by other tools, between listings of one store
+    object that keeps what it reads (the files settle before each of its listings, so it
+    keeps nearly everything): each listing equals a new store object's first listing."""
+    root = tmp_path_factory.mktemp("kept")
+    writer = SessionStore(str(root), durability="flush")
+    for key in KEYS:
+        writer.append(key, ChatMessage("user", "hello"))
+        writer.set_session_name(key, "n-a")
+    lister = SessionStore(str(root), durability="flush")
+    lister._root.seen = Seen(settle_ns=int(STEP_SETTLE * 1e9 / 2))
+    lister.list_sessions_with_metadata()
+    reused = 0
+    for step, key, letter, then_list in [*steps, ("name", "a", "z", True)]:
+        STEPS[step](writer, key, letter)
+        if then_list:
+            time.sleep(STEP_SETTLE)
+            with SyscallProbe() as p:
+                got = lister.list_sessions_with_metadata(sort="name")
+            reused += len(got) - p.os["os.open"] // 2
+            assert got == _fresh(writer, sort="name"), step
+            assert lister.list_sessions_with_metadata() == _fresh(writer)
+    event(f"sessions reused: {min(reused, 3)}+")
