@@ -217,13 +217,9 @@ def _tool_edit_name(writer: SessionStore, key: str, letter: str) -> None:
 
 def _tool_append(writer: SessionStore, key: str) -> None:
     path = _path(writer, key, ".jsonl")
-    try:
-        lines = path.read_bytes().splitlines(keepends=True)
-    except FileNotFoundError:
-        return
-    if lines:
-        with open(path, "ab") as f:  # another tool's line: the count cache no longer matches
-            f.write(lines[-1])
+    if path.exists():
+        with open(path, "ab") as f:  # another tool's line (no id): the count cache no longer matches
+            f.write(b'{"role": "user", "content": "from a tool"}\n')
 
 
 STEPS: dict[str, Callable[[SessionStore, str, str], object]] = {
