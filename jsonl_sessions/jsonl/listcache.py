@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 from .. import _platform
 from ..types import SessionMetadata
+from .layout import LOCK_SUFFIX, SIDECAR_SUFFIX
 
 #: How long before a listing began every ctime of a session's files must be for what was
 #: read of it to be kept (2 s: far above any file system clock's tick).
@@ -59,11 +60,12 @@ MAX_ENTRIES = 100_000
 #: device, size, mtime (ns), ctime (ns).
 Stamp = bytes
 _STAMP = struct.Struct("<QQQqq")
+_pack = _STAMP.pack
 
 
 def stamp(st: os.stat_result) -> Stamp:
     """What :class:`Seen` compares of a file's stat."""
-    return _STAMP.pack(st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return _pack(st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class Entry(NamedTuple):
@@ -97,12 +99,6 @@ class Seen:
         self._listings += 1
         return Round(self, keep=self._listings > 1 and sessions <= MAX_ENTRIES)
 
-    def get(self, stem: str) -> Entry | None:
-        return self._entries.get(stem)
-
-    def __contains__(self, stem: str) -> bool:
-        return stem in self._entries
-
     def put(self, stem: str, entry: Entry) -> None:
         if len(self._entries) >= MAX_ENTRIES and stem not in self._entries:
             self._entries = {}
@@ -121,33 +117,33 @@ class Seen:
 
 
 class Round:
-    """One listing's use of :class:`Seen`: :meth:`reuse` a session's kept metadata, or
-    :meth:`keep` what was just read of it. ``fresh``: what a listing of every session
-    kept, for :meth:`Seen.replace`."""
+    """One listing's use of :class:`Seen`: ``entries`` holds what it may :meth:`reuse`;
+    :meth:`keep` keeps what was just read of a session. ``fresh``: what a listing of every
+    session kept, for :meth:`Seen.replace`."""
 
     def __init__(self, seen: Seen, *, keep: bool) -> None:
         self.seen = seen
         self.keeping = keep
+        #: the kept sessions by stem, as the listing began
+        self.entries = seen._entries
         #: ctimes from this one on are too recent to trust (see :data:`SETTLED_NS`)
         self.settled = time.time_ns() - seen.settle_ns
         self.fresh: dict[str, Entry] = {}
 
-    def has(self, stem: str) -> bool:
-        """Whether a session of this stem is kept (then :meth:`reuse` may hold)."""
-        return stem in self.seen
-
-    def reuse(self, stem: str, key: str, transcript: os.stat_result, base: str, sidecar_suffix: str,
-              control_suffix: str, sidecar: os.stat_result | None = None) -> SessionMetadata | None:
-        """The kept metadata of session ``key`` (files ``base`` + suffix), whose transcript's
-        ``lstat`` is ``transcript`` (and sidecar's ``sidecar``, when the caller has it):
-        None unless the three files' stats are those it was read from. One ``lstat`` of
-        the sidecar (unless given) and one of the control file; an error in either is
-        None (the full look reports it)."""
-        entry = self.seen.get(stem)
-        if entry is None or entry.key != key or entry.transcript != stamp(transcript):
+    def reuse(self, stem: str, entry: Entry, key: str, transcript: os.stat_result, base: str,
+              sidecar: os.stat_result | None = None) -> SessionMetadata | None:
+        """The metadata ``entry`` kept for session ``key`` (stem ``stem``, its files'
+        paths ``base`` + suffix), whose transcript's ``lstat`` is ``transcript`` (and
+        sidecar's ``sidecar``, when the caller has it): None unless the three files' stats
+        are those it was read from. One ``lstat`` of the sidecar (unless given) and one
+        of the control file; an error in either is None (the full look reports it)."""
+        st = transcript
+        if entry.key != key or entry.transcript != _pack(st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns,
+                                                         st.st_ctime_ns):
             return None
         try:
-            side = stamp(sidecar if sidecar is not None else _platform.lstat(base + sidecar_suffix))
+            st = sidecar if sidecar is not None else _platform.lstat(base + SIDECAR_SUFFIX)
+            side: Stamp | None = _pack(st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         except FileNotFoundError:
             side = None
         except OSError:
@@ -155,9 +151,10 @@ class Round:
         if side != entry.sidecar:
             return None
         try:
-            if stamp(_platform.lstat(base + control_suffix)) != entry.control:
-                return None
+            st = _platform.lstat(base + LOCK_SUFFIX)
         except OSError:
+            return None
+        if entry.control != _pack(st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns):
             return None
         md = entry.metadata
         if entry.plain:

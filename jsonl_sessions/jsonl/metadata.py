@@ -28,7 +28,7 @@ from ..types import SessionList, SessionMetadata
 from . import control
 from .control import peek_count, read_head
 from .controlfile import peek_count_stat
-from .layout import LOCK_SUFFIX, SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, SessionFiles, read_sidecar_stat, scan
+from .layout import SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, SessionFiles, read_sidecar_stat, scan
 from .listcache import Round
 from .session import Session
 from .txn import Root, mutate
@@ -218,7 +218,8 @@ def _listed_at(root: Root, kept: Round, prefix: str, key: str, stem: str, contro
     the caller just took them), else a full look. None when it is not a session (or
     vanished) or cannot even be stat'ed (logged)."""
     own = None  # a transcript lstat taken here, which the full look then need not repeat
-    if control_seen and kept.has(stem):
+    entry = kept.entries.get(stem) if control_seen else None
+    if entry is not None:
         base = prefix + stem
         st = transcript
         if st is None:
@@ -227,7 +228,7 @@ def _listed_at(root: Root, kept: Round, prefix: str, key: str, stem: str, contro
             except OSError:
                 st = None
         if st is not None and stat.S_ISREG(st.st_mode):
-            md = kept.reuse(stem, key, st, base, SIDECAR_SUFFIX, LOCK_SUFFIX, side)
+            md = kept.reuse(stem, entry, key, st, base, side)
             if md is not None:
                 return md
     seen = _look_listed(root, prefix, key, stem, control_seen, own)
