@@ -230,6 +230,11 @@ class BaseStore(SessionBackend):
         """How many sessions ``keep`` accepts (a backend may count without describing)."""
         return len(self._where(keep))
 
+    def _list_all(self) -> list[SessionMetadata]:
+        """Every session's metadata, in key order (the plain listing); by default
+        :meth:`_where` of every session."""
+        return self._where(_everything)
+
     @abc.abstractmethod
     def _reattribute(self, old: str, new: str | None) -> int:
         """Set ``agent_alias`` from ``old`` to ``new`` (None: remove it) on every session;
@@ -349,7 +354,7 @@ class BaseStore(SessionBackend):
     ) -> SessionList:
         spec = check_listing(sort, descending, limit, offset, cursor, state, agent_alias, name_prefix, updated_since)
         if spec.everything:
-            return SessionList(self._where(_everything))
+            return SessionList(self._list_all())
         return self._list(spec)
 
     def get_session_name(self, key: str) -> str | None:

@@ -13,6 +13,7 @@ the roll-forward record, empty or one JSON object and ``\\n``.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 from typing import Any, ClassVar, NamedTuple, Protocol
 
@@ -173,6 +174,12 @@ def read_head(path: str, record_bytes: int | None = 1, key: str | None = None) -
 
 
 def peek_count(path: str, st: os.stat_result, key: str | None = None) -> int | None:
+    """:func:`peek_count_stat` without the control file's stat (no ``fstat``)."""
+    return peek_count_stat(path, st, key)[0]
+
+
+def peek_count_stat(path: str, st: os.stat_result, key: str | None = None, *,
+                    with_stat: bool = False) -> tuple[int | None, os.stat_result | None]:
     """The count cache's line count of the transcript whose ``lstat`` is ``st``, read off
     a control file a directory scan just saw as a regular file: open (never following a
     symlink, never waiting), one read, close; no ``fstat`` and no ``fcntl``. Should it have
@@ -181,16 +188,22 @@ def peek_count(path: str, st: os.stat_result, key: str | None = None) -> int | N
     :func:`read_head`. None when there is no control file, or anything is in flight (an
     odd counter, a record, a visible end or the retired mark in bytes 0-7), or the cache
     does not describe exactly that file (inode, size, mtime) at the current counter: what
-    :func:`decode_head` and :meth:`CountCache.matches` say, from one ``unpack``."""
+    :func:`decode_head` and :meth:`CountCache.matches` say, from one ``unpack``.
+    ``with_stat``: also the control file's ``fstat``, taken before the read (one call more;
+    None with a None count, or when it is not a regular file), for a reader that keeps
+    what it read while the file is unchanged (:mod:`jsonl_sessions.jsonl.listcache`)."""
     try:
         fd = _platform.open_file(path, os.O_RDONLY)
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError as exc:
         if exc.errno in _platform.SYMLINK_ERRNOS or exc.errno in _platform.NOT_REGULAR_ERRNOS:
             raise UnsafePathError(key=key, path=path) from None
         raise
+    own = None
     try:
+        if with_stat:
+            own = _platform.fstat(fd)
         raw = _platform.pread(fd, RECORD_OFFSET + 1, 0)
     except BlockingIOError:
         raw = None
@@ -201,15 +214,17 @@ def peek_count(path: str, st: os.stat_result, key: str | None = None) -> int | N
         cache = head.cache
         if (head.seq & 1 or head.pending or head.visible is not None or head.retired or cache is None
                 or not cache.matches(st, head.seq)):
-            return None
-        return cache.lines
+            return None, None
+        return cache.lines, None
     if len(raw) < RECORD_OFFSET or (len(raw) > RECORD_OFFSET and raw[RECORD_OFFSET]):
-        return None
+        return None, None
     visible, seq, ino, size, mtime, lines, cache_seq = _FIXED.unpack_from(raw)
     if (visible or seq & 1 or not ino or ino != st.st_ino or size != st.st_size or mtime != st.st_mtime_ns
             or cache_seq != seq):
-        return None
-    return lines  # type: ignore[no-any-return]
+        return None, None
+    if own is not None and not stat.S_ISREG(own.st_mode):
+        own = None
+    return lines, own
 
 
 def encode_record(record: Record) -> bytes:

@@ -103,6 +103,13 @@ def read_sidecar(path: str, key: str | None = None) -> tuple[dict[str, Any] | No
     """The sidecar at ``path`` and its modification time (ns, of the version read);
     ``(None, None)`` when there is none. Raises :class:`CorruptMetadataError` when it
     exists but is not a sidecar (or is a symlink, or of a newer format)."""
+    meta, st = read_sidecar_stat(path, key)
+    return meta, None if st is None else st.st_mtime_ns
+
+
+def read_sidecar_stat(path: str, key: str | None = None) -> tuple[dict[str, Any] | None, os.stat_result | None]:
+    """:func:`read_sidecar` with the whole ``fstat`` of the version read (open, ``fstat``,
+    one read, close)."""
     try:
         opened = open_regular(path, os.O_RDONLY, key, blocking=False)
     except UnsafePathError:
@@ -114,7 +121,7 @@ def read_sidecar(path: str, key: str | None = None) -> tuple[dict[str, Any] | No
         raw = read_once(fd, st.st_size + 1, flags=os.O_RDONLY)
     finally:
         _platform.close(fd)
-    return sidecar.decode(raw, path, key), st.st_mtime_ns
+    return sidecar.decode(raw, path, key), st
 
 
 def read_once(fd: int, size: int, *, flags: int) -> bytes:

@@ -27,7 +27,9 @@ from ..listing import Listing, Value, follows, keeps, page_at, select
 from ..types import SessionList, SessionMetadata
 from . import control
 from .control import peek_count, read_head
-from .layout import SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, SessionFiles, read_sidecar, scan
+from .controlfile import peek_count_stat
+from .layout import SIDECAR_SUFFIX, TRANSCRIPT_SUFFIX, SessionFiles, read_sidecar_stat, scan
+from .listcache import Round
 from .session import Session
 from .txn import Root, mutate
 
@@ -46,6 +48,8 @@ class Look(NamedTuple):
     #: Whether the directory scan that found the session saw its control file as a
     #: regular file (then a listing reads its head with one open and one read).
     control_seen: bool = False
+    #: The sidecar's ``fstat`` (of the version read); None when absent or unreadable.
+    sidecar_stat: os.stat_result | None = None
 
     @property
     def activity_ns(self) -> int:
@@ -57,25 +61,26 @@ class Look(NamedTuple):
         return sidecar.state(self.meta)
 
 
-def look(files: SessionFiles, control_seen: bool = False) -> Look | None:
+def look(files: SessionFiles, control_seen: bool = False, transcript: os.stat_result | None = None) -> Look | None:
     """The session's sidecar and stats without a lock; None when the session does not
     exist (or its transcript is not a regular file). An unreadable sidecar is ``error``.
-    ``control_seen``: see :attr:`Look.control_seen`."""
+    ``control_seen``: see :attr:`Look.control_seen`. ``transcript``: the transcript's
+    ``lstat`` when the caller just took it (else taken here)."""
     try:
-        st = _platform.lstat(files.transcript)
+        st = _platform.lstat(files.transcript) if transcript is None else transcript
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(st.st_mode):
         return None
     try:
-        meta, mtime = read_sidecar(files.sidecar, files.key)
+        meta, side = read_sidecar_stat(files.sidecar, files.key)
     except (CorruptMetadataError, OSError) as exc:
         try:
             mtime = _platform.lstat(files.sidecar).st_mtime_ns
         except OSError:
             mtime = None
         return Look(None, exc, st, mtime, control_seen)
-    return Look(meta, None, st, mtime, control_seen)
+    return Look(meta, None, st, None if side is None else side.st_mtime_ns, control_seen, side)
 
 
 def look_strict(files: SessionFiles) -> Look | None:
@@ -117,16 +122,17 @@ def looks(root: Root) -> Iterator[tuple[SessionFiles, Look]]:
             yield seen
 
 
-def _look_listed(root: Root, prefix: str, key: str, stem: str,
-                 control_seen: bool) -> tuple[SessionFiles, Look] | None:
+def _look_listed(root: Root, prefix: str, key: str, stem: str, control_seen: bool,
+                 transcript: os.stat_result | None = None) -> tuple[SessionFiles, Look] | None:
     """A look at the session a directory scan listed as ``key`` / ``stem`` (``prefix``: the
     root with a trailing separator); None when it is not a session (or vanished) or cannot
-    even be stat'ed (logged). An unreadable sidecar is logged; the look still stands."""
+    even be stat'ed (logged). An unreadable sidecar is logged; the look still stands.
+    ``transcript``: the transcript's ``lstat`` when the caller just took it."""
     # Not the store's cache of session files (root.files): a listing of more sessions than
     # it holds would evict all of it, closing the kept transcripts of warm sessions.
     files = SessionFiles.in_dir(prefix, root.path, key, stem)
     try:
-        found = look(files, control_seen=control_seen)
+        found = look(files, control_seen=control_seen, transcript=transcript)
     except OSError as exc:
         log.warning("cannot look at session %r: %s", key, exc)
         return None
@@ -137,17 +143,27 @@ def _look_listed(root: Root, prefix: str, key: str, stem: str,
     return files, found
 
 
-def listed(root: Root, files: SessionFiles, found: Look) -> SessionMetadata | None:
+def listed(root: Root, files: SessionFiles, found: Look, kept: Round | None = None) -> SessionMetadata | None:
     """:func:`metadata` for a listing: a session whose messages cannot be counted (its
     transcript or control file unreadable, or not a regular file) is listed all the same,
     with ``message_count`` 0 and a logged warning, so one bad session never fails a
-    listing of the others."""
+    listing of the others. ``kept``: the listing's use of the store's
+    :class:`~jsonl_sessions.jsonl.listcache.Seen`, which keeps the metadata of a session
+    whose count came off a matching count cache and whose sidecar was read without error
+    (then the control file's ``fstat`` is taken too)."""
     st = found.transcript
     try:
-        count = peek_count(files.lock, st, files.key) if found.control_seen else cached_count(files, st)
+        if found.control_seen:
+            keeping = kept is not None and kept.keeping and found.error is None
+            count, control_st = peek_count_stat(files.lock, st, files.key, with_stat=keeping)
+        else:
+            count, control_st = cached_count(files, st), None
         if count is not None:
-            return sidecar.describe(files.key, found.meta, count, st.st_size,
-                                    max(st.st_mtime_ns, found.sidecar_mtime_ns or 0))
+            md = sidecar.describe(files.key, found.meta, count, st.st_size,
+                                  max(st.st_mtime_ns, found.sidecar_mtime_ns or 0))
+            if control_st is not None and kept is not None:
+                return kept.keep(files.stem, md, st, found.sidecar_stat, control_st)
+            return md
         return metadata(root, files, found)
     except (OSError, SessionStoreError) as exc:
         log.warning("cannot count the messages of session %r: %s (listed with message_count 0)", files.key, exc)
@@ -178,6 +194,47 @@ def get_session_metadata(root: Root, files: SessionFiles) -> SessionMetadata | N
     return None if found is None else metadata(root, files, found)
 
 
+def everything(root: Root) -> list[SessionMetadata]:
+    """The metadata of every session, in key order: :func:`where` of every session, with
+    what is unchanged since the store's last listing reused
+    (:mod:`jsonl_sessions.jsonl.listcache`: three ``lstat`` a session instead of eight calls)."""
+    entries, controls = scan(root.path)
+    prefix = os.path.join(root.path, "")
+    kept = root.seen.begin(len(entries))
+    out = []
+    for key, stem in entries:
+        md = _listed_at(root, kept, prefix, key, stem, stem in controls)
+        if md is not None:
+            out.append(md)
+    if kept.keeping:
+        root.seen.replace(kept.fresh)
+    return out
+
+
+def _listed_at(root: Root, kept: Round, prefix: str, key: str, stem: str, control_seen: bool,
+               transcript: os.stat_result | None = None, side: os.stat_result | None = None) -> SessionMetadata | None:
+    """:func:`listed` of the session a directory scan listed as ``key`` / ``stem``: its kept
+    metadata when its files are unchanged (``transcript`` / ``side``: their ``lstat``, when
+    the caller just took them), else a full look. None when it is not a session (or
+    vanished) or cannot even be stat'ed (logged)."""
+    own = None  # a transcript lstat taken here, which the full look then need not repeat
+    entry = kept.entries.get(stem) if control_seen else None
+    if entry is not None:
+        base = prefix + stem
+        st = transcript
+        if st is None:
+            try:
+                st = own = _platform.lstat(base + TRANSCRIPT_SUFFIX)
+            except OSError:
+                st = None
+        if st is not None and stat.S_ISREG(st.st_mode):
+            md = kept.reuse(stem, entry, key, st, base, side)
+            if md is not None:
+                return md
+    seen = _look_listed(root, prefix, key, stem, control_seen, own)
+    return None if seen is None else listed(root, *seen, kept)
+
+
 def where(root: Root, keep: Callable[[Look], bool]) -> list[SessionMetadata]:
     """The metadata of every session whose look passes ``keep``, in key order."""
     out = []
@@ -198,42 +255,47 @@ def listing(root: Root, spec: Listing) -> SessionList:
     transcript and sidecar (its activity); then sessions are looked at in that order,
     each filtered on its metadata, until the page and one more are found. So a page of a
     sidebar (``sort="updated_at", limit=50``) costs two ``lstat`` a session plus the
-    full look at about 51 of them, instead of eight system calls a session.
+    full look at about 51 of them, instead of eight system calls a session. A session
+    whose files are unchanged since this store object's last listing costs three
+    ``lstat`` instead of a full look (:mod:`jsonl_sessions.jsonl.listcache`; by
+    ``updated_at``, the two of the order and one of its lock file).
 
     The page is ordered by the values read before its sessions were looked at, and the
     next cursor names that position: a session written during the call shows its newer
     metadata where its older activity placed it."""
     if spec.sort not in ("key", "updated_at"):
-        return select(spec, where(root, _anything))
+        return select(spec, everything(root))
     entries, controls = scan(root.path)
     prefix = os.path.join(root.path, "")
     timed = spec.sort == "updated_at" or spec.updated_since is not None
-    order: list[tuple[Value, str, str]] = []
+    order: list[tuple[Value, str, str, os.stat_result | None, os.stat_result | None]] = []
     for key, stem in entries:
+        st = side = None
         if timed:
-            activity = _activity(prefix + stem)
-            if activity is None or (spec.updated_since is not None and activity < spec.updated_since):
+            stats = _activity(prefix + stem)
+            if stats is None:
+                continue
+            activity, st, side = stats
+            if spec.updated_since is not None and activity < spec.updated_since:
                 continue
             value: Value = activity if spec.sort == "updated_at" else key
         else:
             value = key
         if spec.after is None or follows(value, key, spec.after, spec.descending):
-            order.append((value, key, stem))
+            order.append((value, key, stem, st, side))
     if spec.sort == "updated_at":
-        order.sort(reverse=spec.descending)
+        order.sort(key=_position, reverse=spec.descending)
     elif spec.descending:
         order.reverse()
     want = None if spec.limit is None else spec.offset + spec.limit + 1
+    kept = root.seen.begin(len(entries))
 
     def looked() -> Iterator[tuple[SessionMetadata, Value]]:
         found = 0
-        for value, key, stem in order:
+        for value, key, stem, st, side in order:
             if want is not None and found >= want:
                 return
-            seen = _look_listed(root, prefix, key, stem, stem in controls)
-            if seen is None:
-                continue
-            md = listed(root, *seen)
+            md = _listed_at(root, kept, prefix, key, stem, stem in controls, st, side)
             if md is not None and keeps(spec, md):
                 found += 1
                 yield md, value
@@ -241,10 +303,15 @@ def listing(root: Root, spec: Listing) -> SessionList:
     return page_at(spec, looked())
 
 
-def _activity(path: str) -> int | None:
+def _position(item: tuple[Value, str, str, os.stat_result | None, os.stat_result | None]) -> tuple[Value, str]:
+    return item[0], item[1]
+
+
+def _activity(path: str) -> tuple[int, os.stat_result, os.stat_result | None] | None:
     """The activity of the session whose files start with ``path`` (the root and stem), in
-    microseconds, from an ``lstat`` of its transcript and sidecar; None when it has no
-    regular transcript (it vanished, or a look would skip it)."""
+    microseconds, from an ``lstat`` of its transcript and sidecar, with both stats (the
+    sidecar's None when it has none); None when it has no regular transcript (it
+    vanished, or a look would skip it)."""
     try:
         st = _platform.lstat(path + TRANSCRIPT_SUFFIX)
     except OSError:
@@ -252,14 +319,10 @@ def _activity(path: str) -> int | None:
     if not stat.S_ISREG(st.st_mode):
         return None
     try:
-        side = _platform.lstat(path + SIDECAR_SUFFIX).st_mtime_ns
+        side: os.stat_result | None = _platform.lstat(path + SIDECAR_SUFFIX)
     except OSError:
-        side = 0
-    return max(st.st_mtime_ns, side) // 1000
-
-
-def _anything(_look: Look) -> bool:
-    return True
+        side = None
+    return max(st.st_mtime_ns, 0 if side is None else side.st_mtime_ns) // 1000, st, side
 
 
 def set_field(root: Root, files: SessionFiles, name: str, value: object) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .guard import REGISTRY
 from .layout import SessionFiles
+from .listcache import Seen
 
 #: The most sessions whose file names a :class:`Root` keeps before it starts over.
 _MAX_CACHED_FILES = 4096
@@ -26,6 +27,8 @@ class Root:
     clock: Callable[[], int]
     max_message_bytes: int
     _files: dict[str, SessionFiles] = field(default_factory=dict, repr=False)
+    #: What listings read of each session, reused while its files are unchanged.
+    seen: Seen = field(default_factory=Seen, repr=False)
 
     def files(self, key: str, stem: str | None = None) -> SessionFiles:
         """The files of ``key`` (cached); ``stem``: its stem when already known (a listing
@@ -48,8 +51,9 @@ class Root:
 
     def close(self) -> None:
         """Close every descriptor kept for the sessions of this directory (lock files and
-        transcripts) that no thread holds."""
+        transcripts) that no thread holds, and forget what listings kept."""
         REGISTRY.close_idle(self.path)
+        self.seen.clear()
 
 
 __all__ = ["Root"]

@@ -284,6 +284,9 @@ class SessionStore(BaseStore):
     def _list(self, listing: Listing) -> SessionList:
         return metadata.listing(self._root, listing)
 
+    def _list_all(self) -> list[SessionMetadata]:
+        return metadata.everything(self._root)
+
     def _count_where(self, keep: Keep) -> int:  # no message count read
         return sum(1 for _files, look in metadata.looks(self._root) if keep(look.meta))
 

@@ -167,10 +167,11 @@ def test_scale_benchmarks_run_and_report_every_goal(tmp_path: pathlib.Path, caps
     data = json.loads(results.read_text(encoding="utf-8"))
     assert {(ln["group"], ln["impl"]) for ln in data["lines"]} == {
         ("import", "floor"), ("import", "ours"), ("rss", "floor"), ("rss", "ours"), ("rss", "ours_load"),
-        ("list", "floor"), ("list", "ours"), ("list", "ours_sidebar"), ("search", "grep"), ("search", "ours")}
+        ("list", "floor"), ("list", "ours"), ("list", "ours_first"), ("list", "ours_name"), ("list", "ours_sidebar"),
+        ("search", "grep"), ("search", "ours")}
     assert all(ln["samples"] for ln in data["lines"])
-    assert {g["id"]: g["need"] for g in data["goals"]} == {"import": 60, "rss": 1.5, "list": 4, "sidebar": 4,
-                                                           "search": 5}
+    assert {g["id"]: g["need"] for g in data["goals"]} == {"import": 60, "rss": 1.5, "list": 4, "list-first": 4,
+                                                           "list-name": 4, "sidebar": 4, "search": 5}
     out = capsys.readouterr().out
     for goal in data["goals"]:
         assert goal["text"] in out
