@@ -64,6 +64,25 @@ def encode_record(record: dict[str, Any], key: str | None = None) -> bytes:
     return line
 
 
+def encode_line(message: ChatMessage, message_id: str, created_at: int, key: str, limit: int) -> bytes:
+    """The line of ``message`` appended with its new id and time: :func:`record_of` then
+    :func:`encode_record`. Raises :class:`SerializationError`, or
+    :class:`InvalidMessageError` when the line is over ``limit`` bytes. The append path's
+    encoding: :func:`record_of`'s usual case (every field there, in line order: a message
+    built from a dict or by :class:`ChatMessage`, whose id is still "") is written out."""
+    data = message._data
+    if tuple(data)[:5] == RESERVED_FIELDS and data["kind"] and data["id"] != message_id:
+        record = data.copy()  # the extras come along in C
+        record["id"], record["created_at"] = message_id, created_at
+    else:
+        record = record_of(message, message_id, created_at)
+    line = encode_record(record, key)
+    if len(line) > limit:
+        raise InvalidMessageError(key=key, message_id=message_id,
+                                  reason=f"message is {len(line)} bytes, over max_message_bytes={limit}")
+    return line
+
+
 #: The typed fields of a record: (name, type, required, may be null). A field that is not
 #: required may be absent.
 FIELDS: tuple[tuple[str, type, bool, bool], ...] = (
