@@ -263,13 +263,16 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
         if tail is None:
             tail = read_tail(fd, st.st_size)
         while True:
-            if tail.committed != tail.size:  # a crash's leftover, or a line another process is still writing
+            # Tail's fields unpacked (one C call; a named tuple's attributes are not cheap).
+            t_size, committed, _start, last_line = tail
+            if committed != t_size:  # a crash's leftover, or a line another process is still writing
                 tail, settled = torn.settle(root, files, fd, tail)
                 if settled is not None:
                     st, last, clean = settled, "", False
+                t_size, committed, _start, last_line = tail
             if group is None and len(msgs) == 1 and not (fields := msgs[0]._data).get("id"):  # no id to check
                 now = root.clock()
-                new_id = next_id(last or (codec.prefix_id(tail.last_line) if tail.last_line is not None else None)
+                new_id = next_id(last or (codec.prefix_id(last_line) if last_line is not None else None)
                                  or last_id(fd, tail), now)
                 if new_id is None:  # the last id is not a ULID (an earlier version's): after the newest ULID
                     new_id = _after_newest_ulid(key, fd, tail, msgs, now)
@@ -279,7 +282,7 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
                 new_ids = [new_id]
             else:
                 new_ids, data = _encode(root, key, fd, tail, last, msgs, group)
-            if not data or tail.committed == tail.size:
+            if not data or committed == t_size:
                 break
             cut_tail, st = torn.cut_torn(root, files, guard, fd, tail)
             if cut_tail.committed == tail.committed:
@@ -298,9 +301,12 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
     end = committed + len(data)
     lines = len(new_ids)
     seq = guard.seq
-    cache = guard.count  # CountCache.matches, written out
-    before = cache.lines if (cache is not None and cache.size == st.st_size and cache.mtime == st.st_mtime_ns
-                             and cache.ino == st.st_ino and cache.seq == seq) else None
+    cache = guard.count
+    before = None  # the lines counted before this append, when the count cache holds them
+    if cache is not None:  # CountCache.matches, written out
+        c_ino, c_size, c_mtime, c_lines, c_seq = cache
+        if c_size == st.st_size and c_mtime == st.st_mtime_ns and c_ino == st.st_ino and c_seq == seq:
+            before = c_lines
     guard.changes += 1  # the file may change from here on: a Tx open around this call reads it again
     durable = root.durable
     batch = lines > 1 and group is None

@@ -345,7 +345,7 @@ def enter(root: Root, files: SessionFiles, guard: SessionGuard, timeout: float |
     it up again). ``first``: gets whether this call took the guard first (not reentrant).
     Not ``blocking``: :class:`~jsonl_sessions.jsonl.guard.GuardBusy` when another thread
     of this process holds the guard."""
-    took = guard.acquire(root.lock_timeout if timeout is False else timeout, files.key, blocking=blocking)
+    took = guard.acquire(root.lock_timeout if timeout is False else timeout, files.key, blocking)
     if first is not None:
         first.append(took)
     if took and (guard.record is not None or guard.seq & 1 or guard.hidden is not None):

@@ -170,7 +170,7 @@ class SessionGuard:
         self.leading = False
         self.pending_cond = threading.Condition(threading.Lock())
 
-    def acquire(self, timeout: float | None, key: str, *, blocking: bool = True) -> bool:
+    def acquire(self, timeout: float | None, key: str, blocking: bool = True) -> bool:
         """Take the guard; True when this call took the process lock (depth 0 -> 1), so the
         caller must look at :attr:`record` and :attr:`seq` for recovery work; False when
         the thread already held it. Raises :class:`LockTimeoutError`, or
@@ -219,7 +219,7 @@ class SessionGuard:
             self._rlock.release()
             raise
         self._depth = 1
-        self._owner = threading.get_ident()
+        self._owner = _get_ident()
         if decoded is None:
             self.seq = seq
             self.hidden = self.record = None
@@ -330,21 +330,21 @@ class SessionGuard:
         must not report it as failed (a retry would repeat it). A failed unlock is logged
         and the lock file's descriptor closed instead, which drops the flock all the same;
         the next acquire opens it again."""
-        self._depth -= 1
-        if self._depth == 0:
-            self._owner = 0
-            try:
-                if self._retired:
-                    self._retired = False
-                    self._reopen()
-                else:
-                    try:
-                        _platform.unlock(self._fd)
-                    except OSError as exc:
-                        self._unlock_failed(exc)
-            finally:
-                self._rlock.release()
-        else:
+        depth = self._depth = self._depth - 1
+        if depth:
+            self._rlock.release()
+            return
+        self._owner = 0
+        try:
+            if self._retired:
+                self._retired = False
+                self._reopen()
+            else:
+                try:
+                    _platform.unlock(self._fd)
+                except OSError as exc:
+                    self._unlock_failed(exc)
+        finally:
             self._rlock.release()
 
     def _unlock(self) -> None:
@@ -584,6 +584,7 @@ def _close_quietly(fd: int) -> None:
 
 
 _new_tuple = tuple.__new__
+_get_ident = threading.get_ident
 
 REGISTRY = GuardRegistry()
 if hasattr(os, "register_at_fork"):
