@@ -55,7 +55,7 @@ from stat import S_ISREG
 from typing import Any
 
 from .. import _platform, codec, ids, sidecar
-from ..errors import InvalidMessageError, LockTimeoutError, SessionStoreError
+from ..errors import LockTimeoutError, SessionStoreError
 from ..ids import assign_ids, is_ulid, next_id
 from ..types import ChatMessage
 from . import torn
