@@ -76,7 +76,13 @@ def encode_line(message: ChatMessage, message_id: str, created_at: int, key: str
         record["id"], record["created_at"] = message_id, created_at
     else:
         record = record_of(message, message_id, created_at)
-    line = encode_record(record, key)
+    # encode_record, written out (the append path's one encoding).
+    try:
+        line = _dumps(record, option=_DUMPS_OPTIONS)
+    except TypeError as exc:
+        raise SerializationError(key=key, reason=str(exc)) from None
+    if _has_null(line) and has_non_finite_float(record):
+        raise SerializationError(key=key, reason="NaN and infinities are not JSON numbers")
     if len(line) > limit:
         raise InvalidMessageError(key=key, message_id=message_id,
                                   reason=f"message is {len(line)} bytes, over max_message_bytes={limit}")

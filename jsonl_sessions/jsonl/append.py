@@ -59,8 +59,8 @@ from ..errors import LockTimeoutError, SessionStoreError
 from ..ids import assign_ids, is_ulid, next_id
 from ..types import ChatMessage
 from . import torn
-from .control import AppendBatch, roll_back
-from .guard import REGISTRY, GuardBusy, GuardClosed, SessionGuard, TranscriptView
+from .control import AppendBatch, finish, roll_back
+from .guard import REGISTRY, UNFINISHED, GuardBusy, GuardClosed, SessionGuard, TranscriptView
 from .layout import FileState, SessionFiles
 from .lines import Tail, iter_lines_backward, read_tail
 from .txn import Root, Tx, enter
@@ -72,7 +72,7 @@ def append(root: Root, files: SessionFiles, message: ChatMessage) -> str:
     :func:`append_many`. In ``"fsync"`` mode, when another thread of this process is
     writing the same session, the append joins a group commit (see the module
     docstring). Cost: O(1) in the transcript size."""
-    guard = REGISTRY.get(files.lock)
+    guard = REGISTRY.find(files.lock) or REGISTRY.get(files.lock)
     # In fsync mode a thread never waits for the guard on its own: when another thread of
     # this process holds it (or a group is forming), the append joins the queue, whose
     # writer takes every queued message in one write and one fsync.
@@ -80,8 +80,9 @@ def append(root: Root, files: SessionFiles, message: ChatMessage) -> str:
     while True:
         if group_commit and (guard.leading or guard.pending):
             return _queued(root, files, guard, message)
-        try:
-            enter(root, files, guard, blocking=not group_commit)
+        try:  # control.enter, written out: the guard taken, then recovery if it found work left
+            if guard.acquire(root.lock_timeout, files.key, not group_commit) == UNFINISHED:
+                finish(guard, files)
         except GuardBusy:
             return _queued(root, files, guard, message)
         except GuardClosed:

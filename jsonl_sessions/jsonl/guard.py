@@ -71,6 +71,9 @@ _FIRST_DELAY = 0.0001
 _MAX_DELAY = 0.005
 #: The most transcript descriptors kept open between mutations in one process.
 MAX_VIEWS = 128
+#: What :meth:`SessionGuard.acquire` returns when it took the guard: nothing to recover,
+#: or something a dead writer left unfinished (0: the thread held it already).
+TAKEN, UNFINISHED = 1, 2
 
 
 class TranscriptView:
@@ -170,10 +173,12 @@ class SessionGuard:
         self.leading = False
         self.pending_cond = threading.Condition(threading.Lock())
 
-    def acquire(self, timeout: float | None, key: str, blocking: bool = True) -> bool:
-        """Take the guard; True when this call took the process lock (depth 0 -> 1), so the
-        caller must look at :attr:`record` and :attr:`seq` for recovery work; False when
-        the thread already held it. Raises :class:`LockTimeoutError`, or
+    def acquire(self, timeout: float | None, key: str, blocking: bool = True) -> int:
+        """Take the guard: :data:`TAKEN` when this call took the process lock (depth 0 ->
+        1) and the control file shows nothing unfinished; :data:`UNFINISHED` when it took
+        it and found what a dead writer left (a roll-forward record, an odd counter, a
+        visible end: :attr:`record`, :attr:`seq`, :attr:`hidden`), which the caller must
+        recover; 0 (false) when the thread already held it. Raises :class:`LockTimeoutError`, or
         :class:`GuardClosed` if the guard was evicted meanwhile (look it up again). Not
         ``blocking``: :class:`GuardBusy` at once when another thread of this process holds
         it (another process's flock is still waited for, up to ``timeout``)."""
@@ -188,7 +193,7 @@ class SessionGuard:
             raise GuardClosed
         if self._depth:
             self._depth += 1
-            return False
+            return 0
         decoded: Head | None
         try:
             while True:
@@ -227,12 +232,12 @@ class SessionGuard:
                 self.count = None
             elif self.count != (ino, size, mtime, lines, cached_seq):  # else the one kept is current
                 self.count = CountCache(ino, size, mtime, lines, cached_seq)
-        else:
-            self.seq = decoded.seq
-            self.hidden = decoded.visible
-            self.count = decoded.cache
-            self.record = decoded.record
-        return True
+            return UNFINISHED if seq & 1 else TAKEN  # no record, no visible end: only the counter
+        self.seq = decoded.seq
+        self.hidden = decoded.visible
+        self.count = decoded.cache
+        self.record = decoded.record
+        return UNFINISHED if (self.record is not None or self.seq & 1 or self.hidden is not None) else TAKEN
 
     def _keep_retired(self) -> bool:
         """The file locked (its flock held) carries the retired mark. True when the path
@@ -494,6 +499,10 @@ class GuardRegistry:
 
     def __init__(self) -> None:
         self._guards: dict[str, SessionGuard] = {}
+        #: The guard of a lock-file path when there is one, else None (never creates one;
+        #: a C call, for the append path). The dict stays the same object for the
+        #: registry's life (cleared in place after a fork).
+        self.find = self._guards.get
         self._lock = threading.Lock()
         self._views = 0
         self._views_lock = threading.Lock()
@@ -567,11 +576,11 @@ class GuardRegistry:
 
     def reset_after_fork(self) -> None:
         """In a forked child: forget the parent's guards (their locks are the parent's)."""
-        old = self._guards
-        self._guards = {}
+        old = list(self._guards.values())
+        self._guards.clear()  # in place: find is bound to this dict
         self._lock = threading.Lock()
         self._views_lock = threading.Lock()
-        for guard in old.values():
+        for guard in old:
             guard.close()
         self._views = 0
 

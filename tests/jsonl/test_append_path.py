@@ -170,7 +170,7 @@ def test_a_warm_append_makes_only_the_expected_system_calls(tmp_path: pathlib.Pa
 
 
 #: The Python function calls one warm append makes (the seam's seven or nine wrappers included).
-WARM_PYTHON_CALLS = {"flush": 21, "fsync": 28}
+WARM_PYTHON_CALLS = {"flush": 18, "fsync": 25}
 
 
 @pytest.mark.parametrize("durability", ["flush", "fsync"])
