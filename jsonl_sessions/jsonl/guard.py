@@ -83,7 +83,8 @@ class TranscriptView:
     line of it is known to parse (the store wrote them all, or checked them).
 
     Only the guard's holder reads or changes it. An append through the kept descriptor
-    moves it forward in place (:meth:`advance`) rather than making a new one."""
+    moves it forward in place (the append path sets its size, mtime, counter, tail,
+    ``clean`` and last id) rather than making a new one."""
 
     __slots__ = ("clean", "dev", "fd", "ino", "last_id", "mtime", "seq", "size", "tail")
 
@@ -101,20 +102,14 @@ class TranscriptView:
         """The view of the transcript open as ``fd``, as ``st`` (its fstat) describes it."""
         return cls(fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, seq, tail, clean, last_id)
 
-    def advance(self, st: os.stat_result, seq: int, tail: Tail | None, clean: bool = False,
-                last_id: str = "") -> None:
-        """The same descriptor, as ``st`` (its fstat after a change made through it) now
-        describes it: what :meth:`of` would make, without a new object."""
-        self.size, self.mtime, self.seq = st.st_size, st.st_mtime_ns, seq
-        self.tail, self.clean, self.last_id = tail, clean, last_id
-
     def __repr__(self) -> str:
         return (f"TranscriptView(fd={self.fd}, dev={self.dev}, ino={self.ino}, size={self.size}, "
                 f"mtime={self.mtime}, seq={self.seq}, tail={self.tail!r}, clean={self.clean}, "
                 f"last_id={self.last_id!r})")
 
-    # The two checks are FileState's (same_file, unchanged), made on the view's own fields:
-    # the append path runs them on every append, without building a FileState.
+    # The two checks are FileState's (same_file, unchanged), made on the view's own fields,
+    # without building a FileState. The append path writes unchanged out in its body (it
+    # runs on every append): a change here is a change there.
     def same_file(self, st: os.stat_result) -> bool:
         """Whether ``st`` (a stat of the transcript's path) is the file this view holds open."""
         return st.st_ino == self.ino and st.st_dev == self.dev
