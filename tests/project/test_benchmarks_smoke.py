@@ -14,9 +14,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 EXPECTED_ROWS = {
-    "append_flush": {"floor", "bare", "jsonl_sessions", "sqlite_wal_normal", "sqlite_intpk_normal",
+    "append_flush": {"floor", "bare", "jsonl_sessions", "sqlite_wal_normal", "sqlite_intpk",
                      "sqlite_bare_normal"},
-    "append_fsync": {"floor", "bare", "jsonl_sessions", "sqlite_wal_full"},
+    "append_fsync": {"floor", "bare", "jsonl_sessions", "sqlite_wal_full", "sqlite_intpk"},
     "append_many_flush": {"floor", "jsonl_sessions", "sqlite_wal_normal"},
     "append_many_fsync": {"floor", "jsonl_sessions", "sqlite_wal_full"},
     "load": {"floor", "floor_dropped", "load", "jsonl_sessions", "sqlite_wal"},
