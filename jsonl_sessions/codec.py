@@ -54,7 +54,10 @@ def record_of(message: ChatMessage, message_id: str, created_at: int) -> dict[st
 
 
 def encode_record(record: dict[str, Any], key: str | None = None) -> bytes:
-    """One transcript line (with its newline). Raises :class:`SerializationError`."""
+    """One transcript line (with its newline). Raises :class:`SerializationError`.
+    :func:`encode_records` and :func:`encode_line` make the same checks written out (they
+    run for every message of a rewrite, and for every append): a change here is a change
+    there."""
     try:
         line = _dumps(record, option=_DUMPS_OPTIONS)
     except TypeError as exc:

@@ -264,7 +264,7 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
         if tail is None:
             tail = read_tail(fd, st.st_size)
         while True:
-            # Tail's fields unpacked (one C call; a named tuple's attributes are not cheap).
+            # Tail's fields unpacked at once (each attribute of a named tuple is a descriptor call).
             t_size, committed, _start, last_line = tail
             if committed != t_size:  # a crash's leftover, or a line another process is still writing
                 tail, settled = torn.settle(root, files, fd, tail)

@@ -553,5 +553,5 @@ def _store_count(root: Root, files: SessionFiles, counted: os.stat_result, lines
 __all__ = ["COUNT", "COUNT_OFFSET", "DEFAULT", "HEAD_BYTES", "READ_RETRY_SECONDS", "RECORD_OFFSET", "RETIRED", "SEQ",
            "SEQ_OFFSET", "VISIBLE_OFFSET", "AppendBatch", "CountCache", "CutBack", "Head", "Moves", "Record", "RollForward",
            "TailRewrite", "acquire", "consistent", "count", "count_with_size", "cut", "decode_head", "encode_record",
-           "enter", "in_place", "parse_record", "peek_count", "read_control", "read_head", "read_transcript",
+           "enter", "finish", "in_place", "parse_record", "peek_count", "read_control", "read_head", "read_transcript",
            "recover", "rename_over", "roll_back", "try_recover", "with_transcript", "without_control"]
