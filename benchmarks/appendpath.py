@@ -22,7 +22,8 @@ Rows of each mode (``"flush"``, ``"fsync"``), per message, realistic messages
 The **system calls alone** group times each call of a warm flush append on its own (the
 same descriptors and sizes), so that "what would removing this call buy" is read off the
 same run. Call counts come from ``sys.setprofile`` ('call' and 'c_call' events) over
-1,000 appends of a 200-byte message. A measurement, never a gate: exit status 0.
+1,000 appends of a 200-byte message, bytecode counts from ``sys.settrace`` (opcode
+events) over 500 appends of realistic messages. A measurement, never a gate: exit status 0.
 """
 
 from __future__ import annotations
@@ -160,6 +161,48 @@ def call_counts(base: str, mode: str, n: int = 1000) -> tuple[float, float, list
     return sum(py.values()) / n, c[0] / n, [(name, k / n) for name, k in py.most_common()]
 
 
+def bytecode_counts(base: str, mode: str, n: int = 500) -> dict[str, float]:
+    """Bytecodes executed per warm append (``sys.settrace`` with opcode events over ``n``
+    appends of realistic messages) by the store and by the bare function. Under tracing an
+    append takes more than a millisecond, so the ULID's first 16 characters are made
+    afresh nearly every time (in both), which a timed run seldom does."""
+    pool = MessageFactory().make(1000, salt=1)
+    durable = mode == "fsync"
+    d = os.path.join(base, f"bytecodes-{mode}")
+    os.makedirs(os.path.join(d, "bare"))
+    bare = BareAppend(os.path.join(d, "bare"), durable=durable)
+    store = SessionStore(os.path.join(d, "store"), durability=mode)  # type: ignore[arg-type]
+    appends: dict[str, Callable[[dict[str, Any]], object]] = {
+        "jsonl_sessions": functools.partial(store.append, "k"), "bare": bare.append}
+    out: dict[str, float] = {}
+    try:
+        for name, append in appends.items():
+            for i in range(50):
+                append(pool[i])
+            out[name] = _bytecodes(append, pool, n)
+    finally:
+        bare.close()
+    return out
+
+
+def _bytecodes(append: Callable[[dict[str, Any]], object], pool: list[dict[str, Any]], n: int) -> float:
+    ops = [0]
+
+    def trace(frame: FrameType, event: str, _arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            ops[0] += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        for i in range(n):
+            append(pool[i % len(pool)])
+    finally:
+        sys.settrace(None)
+    return ops[0] / n
+
+
 def goals(groups: Sequence[Group]) -> list[Target]:
     by = {g.id: g for g in groups}
 
@@ -250,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   append_group(base, "fsync", n_fsync, pool, old, closers),
                   syscall_group(base, n_flush, closers)]
         counts = {mode: call_counts(base, mode, max(args.calls, 1)) for mode in ("flush", "fsync")}
+        opcodes = {mode: bytecode_counts(base, mode, max(args.calls // 2, 1)) for mode in ("flush", "fsync")}
     finally:
         for close in reversed(closers):
             try:
@@ -266,6 +310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f'calls per warm append, durability="{mode}": {py:.0f} Python, {c:.0f} C '
               f"(sys.setprofile, {args.calls:,} appends of a {len(MESSAGE['content'])}-character message)")
         print("  " + ", ".join(f"{name}" + (f" x{k:g}" if k != 1 else "") for name, k in names))
+    for mode, found in opcodes.items():
+        print(f'bytecodes per warm append, durability="{mode}": {found["jsonl_sessions"]:,.0f} jsonl_sessions, '
+              f'{found["bare"]:,.0f} bare Python (sys.settrace opcode events, {max(args.calls // 2, 1):,} appends)')
     if args.markdown:
         print()
         print(render_markdown(header, groups, measured))
