@@ -22,7 +22,8 @@ Rows of each mode (``"flush"``, ``"fsync"``), per message, realistic messages
 The **system calls alone** group times each call of a warm flush append on its own (the
 same descriptors and sizes), so that "what would removing this call buy" is read off the
 same run. Call counts come from ``sys.setprofile`` ('call' and 'c_call' events) over
-1,000 appends of a 200-byte message. A measurement, never a gate: exit status 0.
+1,000 appends of a 200-byte message, bytecode counts from ``sys.settrace`` (opcode
+events) over 500 appends of realistic messages. A measurement, never a gate: exit status 0.
 """
 
 from __future__ import annotations
@@ -45,12 +46,13 @@ if __package__ in (None, ""):  # `python benchmarks/appendpath.py`: import from 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import baseline as older
+from benchmarks.appendops import append_ops, append_rows
 from benchmarks.bare import BareAppend
 from benchmarks.environ import environment, header_lines, load_average
 from benchmarks.hotloop import MESSAGE
 from benchmarks.measure import BLOCK_FAST, BLOCK_SLOW, Group, Row, Target, interleaved
 from benchmarks.table import render_markdown, render_text
-from benchmarks.workload import MessageFactory, SqlitePeer, encoded_lines, open_append
+from benchmarks.workload import MessageFactory, open_append
 from jsonl_sessions import SessionStore
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -69,38 +71,8 @@ def append_group(base: str, mode: str, count: int, pool: list[dict[str, Any]], b
                  closers: list[Callable[[], object]]) -> Group:
     flush = mode == "flush"
     d = os.path.join(base, f"append-{mode}")
-    os.makedirs(os.path.join(d, "bare"))
-    size = len(pool)
-    lines = encoded_lines(pool)
-    key = "bench"
-    store = SessionStore(os.path.join(d, "store"), durability=mode)  # type: ignore[arg-type]
-    bare = BareAppend(os.path.join(d, "bare"), durable=not flush)
-    closers.append(bare.close)
-    fd = open_append(os.path.join(d, "floor.jsonl"))
-    closers.append(lambda: os.close(fd))
-    sync = "NORMAL" if flush else "FULL"
-    peer = SqlitePeer(os.path.join(d, "peer.sqlite"), sync, schema="intpk")
-    closers.append(peer.close)
-    write, fsync = os.write, os.fsync
-
-    if flush:
-        def floor(i: int) -> None:
-            write(fd, lines[i % size])
-    else:
-        def floor(i: int) -> None:
-            write(fd, lines[i % size])
-            fsync(fd)
-
-    append, bare_append = store.append, bare.append
-    ops: dict[str, Callable[[int], object]] = {
-        "floor": floor,
-        "bare": lambda i: bare_append(pool[i % size]),
-        "jsonl_sessions": lambda i: append(key, pool[i % size]),
-        "sqlite": lambda i: peer.append_intpk(key, pool[i % size]),
-    }
-    if baseline is not None:
-        old = baseline.SessionStore(os.path.join(d, "baseline"), durability=mode)
-        ops["baseline"] = lambda i: old.append(key, pool[i % size])
+    os.makedirs(d)
+    ops, _store = append_ops(d, mode, pool, closers, baseline)  # the appends benchmarks.run times too
     variants = VARIANTS if flush else {}
     for name, (options, _label) in variants.items():
         os.makedirs(os.path.join(d, name))
@@ -108,14 +80,7 @@ def append_group(base: str, mode: str, count: int, pool: list[dict[str, Any]], b
         closers.append(variant.close)
         ops[name] = functools.partial(_append_nth, variant.append, pool)
     samples = interleaved(ops, count=count, block=BLOCK_FAST if flush else BLOCK_SLOW, warmup=100 if flush else 10)
-    rows = [
-        Row("floor", "floor: os.write of the encoded line" + ("" if flush else " + fsync"), samples["floor"]),
-        Row("bare", "bare Python: the same system calls and checks, one function", samples["bare"]),
-        Row("jsonl_sessions", f'jsonl_sessions append, durability="{mode}"', samples["jsonl_sessions"]),
-        Row("sqlite", f"sqlite3 WAL sync={sync} autocommit INSERT, INTEGER PRIMARY KEY", samples["sqlite"]),
-    ]
-    if baseline is not None:
-        rows.append(Row("baseline", "jsonl_sessions at the baseline revision", samples["baseline"]))
+    rows = append_rows(mode, samples, "jsonl_sessions at the baseline revision" if baseline is not None else None)
     rows += [Row(name, label, samples[name]) for name, (_options, label) in variants.items()]
     return Group(f"append_{mode}", f'append, durability="{mode}"', f"per message, {count:,} appends", rows).finish()
 
@@ -196,6 +161,48 @@ def call_counts(base: str, mode: str, n: int = 1000) -> tuple[float, float, list
     return sum(py.values()) / n, c[0] / n, [(name, k / n) for name, k in py.most_common()]
 
 
+def bytecode_counts(base: str, mode: str, n: int = 500) -> dict[str, float]:
+    """Bytecodes executed per warm append (``sys.settrace`` with opcode events over ``n``
+    appends of realistic messages) by the store and by the bare function. Under tracing an
+    append takes more than a millisecond, so the ULID's first 16 characters are made
+    afresh nearly every time (in both), which a timed run seldom does."""
+    pool = MessageFactory().make(1000, salt=1)
+    durable = mode == "fsync"
+    d = os.path.join(base, f"bytecodes-{mode}")
+    os.makedirs(os.path.join(d, "bare"))
+    bare = BareAppend(os.path.join(d, "bare"), durable=durable)
+    store = SessionStore(os.path.join(d, "store"), durability=mode)  # type: ignore[arg-type]
+    appends: dict[str, Callable[[dict[str, Any]], object]] = {
+        "jsonl_sessions": functools.partial(store.append, "k"), "bare": bare.append}
+    out: dict[str, float] = {}
+    try:
+        for name, append in appends.items():
+            for i in range(50):
+                append(pool[i])
+            out[name] = _bytecodes(append, pool, n)
+    finally:
+        bare.close()
+    return out
+
+
+def _bytecodes(append: Callable[[dict[str, Any]], object], pool: list[dict[str, Any]], n: int) -> float:
+    ops = [0]
+
+    def trace(frame: FrameType, event: str, _arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            ops[0] += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        for i in range(n):
+            append(pool[i % len(pool)])
+    finally:
+        sys.settrace(None)
+    return ops[0] / n
+
+
 def goals(groups: Sequence[Group]) -> list[Target]:
     by = {g.id: g for g in groups}
 
@@ -210,15 +217,15 @@ def goals(groups: Sequence[Group]) -> list[Target]:
         Target("durable_append", "durable append rate / raw os.write+os.fsync loop", "floor / ours",
                ratio("append_fsync", "floor", "jsonl_sessions"), ">= 0.85"),
         Target("flush_append", "flush append rate / sqlite3 WAL NORMAL INSERT, INTEGER PRIMARY KEY",
-               "sqlite3 / ours", ratio("append_flush", "sqlite", "jsonl_sessions"), ">= 1.0"),
+               "sqlite3 / ours", ratio("append_flush", "sqlite_intpk", "jsonl_sessions"), ">= 1.0"),
         Target("bare_seam", 'append "flush" / bare Python through the platform seam', "ours / bare seam",
                ratio("append_flush", "jsonl_sessions", "bare_seam"), None),
         Target("flush_bare_sqlite", "bare Python flush append rate / the same sqlite3", "sqlite3 / bare",
-               ratio("append_flush", "sqlite", "bare"), None),
+               ratio("append_flush", "sqlite_intpk", "bare"), None),
     ]
     for name in ("bare_one_stat", "bare_no_count", "bare_mapped"):
         out.append(Target(f"flush_{name}", f"{VARIANTS[name][1]}: rate / sqlite3", "sqlite3 / variant",
-                          ratio("append_flush", "sqlite", name), None))
+                          ratio("append_flush", "sqlite_intpk", name), None))
     if any(r.impl == "baseline" for r in by["append_flush"].rows):
         out += [
             Target("bare_flush_baseline", '[baseline] append "flush" / bare Python', "baseline / bare",
@@ -228,7 +235,7 @@ def goals(groups: Sequence[Group]) -> list[Target]:
             Target("durable_baseline", "[baseline] durable append rate / raw loop", "floor / baseline",
                    ratio("append_fsync", "floor", "baseline"), ">= 0.85"),
             Target("flush_baseline", "[baseline] flush append rate / sqlite3", "sqlite3 / baseline",
-                   ratio("append_flush", "sqlite", "baseline"), ">= 1.0"),
+                   ratio("append_flush", "sqlite_intpk", "baseline"), ">= 1.0"),
         ]
     return out
 
@@ -286,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   append_group(base, "fsync", n_fsync, pool, old, closers),
                   syscall_group(base, n_flush, closers)]
         counts = {mode: call_counts(base, mode, max(args.calls, 1)) for mode in ("flush", "fsync")}
+        opcodes = {mode: bytecode_counts(base, mode, max(args.calls // 2, 1)) for mode in ("flush", "fsync")}
     finally:
         for close in reversed(closers):
             try:
@@ -302,6 +310,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f'calls per warm append, durability="{mode}": {py:.0f} Python, {c:.0f} C '
               f"(sys.setprofile, {args.calls:,} appends of a {len(MESSAGE['content'])}-character message)")
         print("  " + ", ".join(f"{name}" + (f" x{k:g}" if k != 1 else "") for name, k in names))
+    for mode, found in opcodes.items():
+        print(f'bytecodes per warm append, durability="{mode}": {found["jsonl_sessions"]:,.0f} jsonl_sessions, '
+              f'{found["bare"]:,.0f} bare Python (sys.settrace opcode events, {max(args.calls // 2, 1):,} appends)')
     if args.markdown:
         print()
         print(render_markdown(header, groups, measured))

@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # `python benchmarks/run.py`: import the package 
 
 from benchmarks import baseline as older
 from benchmarks import sqlite_backend as backend
-from benchmarks.bare import BareAppend
+from benchmarks.appendops import KEY, append_ops, append_rows
 from benchmarks.concurrency import concurrency_goals, run_concurrency
 from benchmarks.environ import environment, header_lines, load_average
 from benchmarks.measure import BLOCK_FAST, BLOCK_SLOW, Group, Row, Target, interleaved, repeated
@@ -165,61 +165,29 @@ class Bench:
         warmup = 100 if flush else 10
         d = self.subdir(f"append-{mode}")
         pool = self.factory.make(1000, salt=1)
-        lines = encoded_lines(pool)
         size = len(pool)
-        key = "bench"
-        store = SessionStore(os.path.join(d, "store"), durability=mode)  # type: ignore[arg-type]
-        fd = open_append(os.path.join(d, "floor.jsonl"))
-        self._closers.append(lambda: os.close(fd))
-        write, fsync = os.write, os.fsync
-        append = store.append
-        os.makedirs(os.path.join(d, "bare"))
-        bare_loop = BareAppend(os.path.join(d, "bare"), durable=not flush)
-        self._closers.append(bare_loop.close)
-
-        if flush:
-            def floor(i: int) -> None:
-                write(fd, lines[i % size])
-        else:
-            def floor(i: int) -> None:
-                write(fd, lines[i % size])
-                fsync(fd)
-
+        key = KEY
+        # floor, bare Python, the store, sqlite3 INTEGER PRIMARY KEY, the baseline: as appendpath times them.
+        ops, store = append_ops(d, mode, pool, self._closers, self.baseline)
         peer = self.sqlite(os.path.join(d, "peer.sqlite"), "NORMAL" if flush else "FULL")
         db = self.backend(d, mode)
-        ops: dict[str, Callable[[int], object]] = {
-            "floor": floor,
-            "bare": lambda i: bare_loop.append(pool[i % size]),
-            "jsonl_sessions": lambda i: append(key, pool[i % size]),
-            "sqlite_wal_" + ("normal" if flush else "full"): lambda i: peer.append(key, pool[i % size]),
-            backend.ROW: lambda i: db.append(key, pool[i % size]),
-        }
-        if self.baseline is not None:
-            old = self.baseline.SessionStore(os.path.join(d, "baseline"), durability=mode)
-            ops["baseline"] = lambda i: old.append(key, pool[i % size])
+        ops["sqlite_wal_" + ("normal" if flush else "full")] = lambda i: peer.append(key, pool[i % size])
+        ops[backend.ROW] = lambda i: db.append(key, pool[i % size])
         if flush:
-            intpk = self.sqlite(os.path.join(d, "intpk.sqlite"), "NORMAL", schema="intpk")
-            ops["sqlite_intpk_normal"] = lambda i: intpk.append_intpk(key, pool[i % size])
             bare = self.sqlite(os.path.join(d, "bare.sqlite"), "NORMAL", schema="bare")
             ops["sqlite_bare_normal"] = lambda i: bare.append_bare(pool[i % size])
         samples = interleaved(ops, count=n, block=BLOCK_FAST if flush else BLOCK_SLOW, warmup=warmup)
         if len(store.try_load(key)) != n + warmup:
             raise RuntimeError("append benchmark: the store holds the wrong number of messages")
         sync = "NORMAL" if flush else "FULL"
-        rows = [
-            Row("floor", "floor: os.write of the encoded line, O_APPEND" + ("" if flush else " + fsync"),
-                samples["floor"]),
-            Row("bare", "bare Python: the same system calls and checks, one function", samples["bare"]),
-            Row("jsonl_sessions", f'jsonl_sessions append, durability="{mode}"', samples["jsonl_sessions"]),
+        baseline = f"the same, the package at {self.baseline_rev}" if self.baseline is not None else None
+        rows = append_rows(mode, samples, baseline)
+        rows[4:4] = [
             Row(f"sqlite_wal_{sync.lower()}", f"sqlite3 WAL sync={sync} autocommit, (session,id) PK",
                 samples[f"sqlite_wal_{sync.lower()}"]),
             Row(backend.ROW, backend.label("append", mode), samples[backend.ROW]),
         ]
-        if self.baseline is not None:
-            rows.append(Row("baseline", f"the same, the package at {self.baseline_rev}", samples["baseline"]))
         if flush:
-            rows.append(Row("sqlite_intpk_normal", "sqlite3 WAL sync=NORMAL autocommit, INTEGER PRIMARY KEY + record",
-                            samples["sqlite_intpk_normal"]))
             rows.append(Row("sqlite_bare_normal", "sqlite3 WAL sync=NORMAL autocommit, bare rowid table, body only",
                             samples["sqlite_bare_normal"]))
         return Group(f"append_{mode}", f'append, durability="{mode}"',
@@ -472,7 +440,7 @@ def goals(groups: Sequence[Group], sizes: Sizes) -> list[Target]:
         Target("durable_append", "durable append rate / a raw os.write+os.fsync loop on one open fd",
                "floor / ours", ratio("append_fsync", "floor", "jsonl_sessions"), ">= 0.85"),
         Target("flush_append", "flush append rate / sqlite3 WAL NORMAL autocommit INSERT, INTEGER PRIMARY KEY",
-               "sqlite3 / ours", ratio("append_flush", "sqlite_intpk_normal", "jsonl_sessions"), ">= 1.5"),
+               "sqlite3 / ours", ratio("append_flush", "sqlite_intpk", "jsonl_sessions"), ">= 1.5"),
         Target("try_load", f"try_load of {sizes.load_messages:,} messages / [orjson.loads(l) for l in f]",
                "ours / floor", ratio("load", "jsonl_sessions", "floor"), "<= 1.3"),
         Target("rewrite", f"rewrite_messages of {sizes.rewrite_messages:,} (fsync) / encode+write+fsync+rename+dir fsync",
@@ -484,7 +452,7 @@ def goals(groups: Sequence[Group], sizes: Sizes) -> list[Target]:
     # With --baseline-rev: the same ratios for the older package, measured in this same run.
     before = {"bare_flush": ("append_flush", "baseline", "bare"), "bare_fsync": ("append_fsync", "baseline", "bare"),
               "durable_append": ("append_fsync", "floor", "baseline"),
-              "flush_append": ("append_flush", "sqlite_intpk_normal", "baseline"),
+              "flush_append": ("append_flush", "sqlite_intpk", "baseline"),
               "rewrite": ("rewrite_fsync", "baseline", "floor")}
     for target in list(out):
         if target.id in before and any(r.impl == "baseline" for r in by_id[before[target.id][0]].rows):

@@ -112,7 +112,7 @@ def pread(fd: int, size: int, offset: int) -> bytes:
     loops until EOF). Every descriptor the store reads is a regular file (checked at open),
     where a short read means end of file."""
     chunk = os.pread(fd, size, offset)
-    if len(chunk) == size or len(chunk) < _MAX_ONE_READ:
+    if len(chunk) < _MAX_ONE_READ or len(chunk) == size:  # the first test decides, but for huge reads
         return chunk
     chunks = [chunk]
     while True:
@@ -224,6 +224,9 @@ if sys.platform == "win32":  # pragma: no cover - not this machine (a literal ch
 else:
     import fcntl as _fcntl
 
+    # Looked up once: every append takes and releases the lock.
+    _flock, _LOCK_EX_NB, _LOCK_UN = _fcntl.flock, _fcntl.LOCK_EX | _fcntl.LOCK_NB, _fcntl.LOCK_UN
+
     def try_lock(fd: int) -> bool:
         """Take the exclusive flock on ``fd`` if free; never blocks.
 
@@ -232,7 +235,7 @@ else:
         is released by the kernel.
         """
         try:
-            _fcntl.flock(fd, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+            _flock(fd, _LOCK_EX_NB)
         except BlockingIOError:
             return False
         except OSError as exc:  # EWOULDBLOCK on some platforms is not BlockingIOError
@@ -242,7 +245,7 @@ else:
         return True
 
     def unlock(fd: int) -> None:
-        _fcntl.flock(fd, _fcntl.LOCK_UN)
+        _flock(fd, _LOCK_UN)
 
     def make_blocking(fd: int, flags: int) -> None:
         """Clear the ``O_NONBLOCK`` that :func:`open_file` set on ``fd``, opened with

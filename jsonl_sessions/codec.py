@@ -54,13 +54,41 @@ def record_of(message: ChatMessage, message_id: str, created_at: int) -> dict[st
 
 
 def encode_record(record: dict[str, Any], key: str | None = None) -> bytes:
-    """One transcript line (with its newline). Raises :class:`SerializationError`."""
+    """One transcript line (with its newline). Raises :class:`SerializationError`.
+    :func:`encode_records` and :func:`encode_line` make the same checks written out (they
+    run for every message of a rewrite, and for every append): a change here is a change
+    there."""
     try:
         line = _dumps(record, option=_DUMPS_OPTIONS)
     except TypeError as exc:
         raise SerializationError(key=key, reason=str(exc)) from None
     if _has_null(line) and has_non_finite_float(record):
         raise SerializationError(key=key, reason="NaN and infinities are not JSON numbers")
+    return line
+
+
+def encode_line(message: ChatMessage, message_id: str, created_at: int, key: str, limit: int) -> bytes:
+    """The line of ``message`` appended with its new id and time: :func:`record_of` then
+    :func:`encode_record`. Raises :class:`SerializationError`, or
+    :class:`InvalidMessageError` when the line is over ``limit`` bytes. The append path's
+    encoding: :func:`record_of`'s usual case (every field there, in line order: a message
+    built from a dict or by :class:`ChatMessage`, whose id is still "") is written out."""
+    data = message._data
+    if tuple(data)[:5] == RESERVED_FIELDS and data["kind"] and data["id"] != message_id:
+        record = data.copy()  # the extras come along in C
+        record["id"], record["created_at"] = message_id, created_at
+    else:
+        record = record_of(message, message_id, created_at)
+    # encode_record, written out (the append path's one encoding).
+    try:
+        line = _dumps(record, option=_DUMPS_OPTIONS)
+    except TypeError as exc:
+        raise SerializationError(key=key, reason=str(exc)) from None
+    if _has_null(line) and has_non_finite_float(record):
+        raise SerializationError(key=key, reason="NaN and infinities are not JSON numbers")
+    if len(line) > limit:
+        raise InvalidMessageError(key=key, message_id=message_id,
+                                  reason=f"message is {len(line)} bytes, over max_message_bytes={limit}")
     return line
 
 

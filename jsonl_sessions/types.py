@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from operator import itemgetter
 from typing import Any, Literal
 
 from .errors import InvalidMessageError
@@ -225,29 +226,53 @@ def as_message(message: ChatMessage | Mapping[str, Any]) -> ChatMessage:
     """Accept a :class:`ChatMessage` or a plain dict with at least ``role`` (checked as
     :meth:`ChatMessage.from_dict` checks it)."""
     if type(message) is dict:  # the common case, built here without the constructor's calls
-        get = message.get
-        role, mid, created, kind = get("role"), get("id") or "", get("created_at"), get("kind") or "message"
-        plain = message.keys() <= _RESERVED
-        if role is None and (plain or "role" not in message):
-            raise InvalidMessageError(reason="a message needs a 'role'")
-        if not (isinstance(role, str) and isinstance(mid, str) and isinstance(kind, str)
-                and (created is None or type(created) is int)):
-            _check_field_types(role, mid, created, kind)  # raises the error of the wrong field
-        data = {"id": mid, "created_at": created, "role": role, "kind": kind, "content": get("content")}
-        if not plain:
-            if set(map(type, message)) != _STR_ONLY:  # a name that is not a str (or a subclass of it)
-                for name in message:
-                    if not isinstance(name, str):
-                        raise InvalidMessageError(reason=f"extra field {name!r} is reserved or not a string")
-            # The extras in their order after the five fields (which keep their places), in C.
-            data.update(message)
-            data["id"], data["kind"] = mid, kind  # as normalised above ("" and "message" for a missing one)
-        msg = _new(ChatMessage)
-        _set_data(msg, data)
-        return msg
+        # The five fields in line order, the caller's values over the defaults, the extras
+        # after them in their order: one merge in C. It is the message when the four typed
+        # fields have exactly the usual types (role, id, kind str; created_at None or int),
+        # the kind is not empty and every extra name is a str; anything else (a missing
+        # role, a None id, a str subclass...) takes the careful way, which normalises or raises.
+        data = {**_DEFAULTS, **message}
+        if tuple(map(type, _typed(data))) in _USUAL_TYPES and data["kind"] and (
+                len(data) == 5 or set(map(type, message)) == _STR_ONLY):
+            msg = _new(ChatMessage)
+            _set_data(msg, data)
+            return msg
+        return _as_message_checked(message)
     if isinstance(message, ChatMessage):
         return message
     return ChatMessage.from_dict(message)
+
+
+def _as_message_checked(message: dict[str, Any]) -> ChatMessage:
+    """:func:`as_message` of a dict whose fields need normalising ("" for a falsy id,
+    "message" for a falsy kind) or checking (the error of the wrong field)."""
+    get = message.get
+    role, mid, created, kind = get("role"), get("id") or "", get("created_at"), get("kind") or "message"
+    plain = message.keys() <= _RESERVED
+    if role is None and (plain or "role" not in message):
+        raise InvalidMessageError(reason="a message needs a 'role'")
+    if not (isinstance(role, str) and isinstance(mid, str) and isinstance(kind, str)
+            and (created is None or type(created) is int)):
+        _check_field_types(role, mid, created, kind)  # raises the error of the wrong field
+    data = {"id": mid, "created_at": created, "role": role, "kind": kind, "content": get("content")}
+    if not plain:
+        if set(map(type, message)) != _STR_ONLY:  # a name that is not a str (or a subclass of it)
+            for name in message:
+                if not isinstance(name, str):
+                    raise InvalidMessageError(reason=f"extra field {name!r} is reserved or not a string")
+        # The extras in their order after the five fields (which keep their places), in C.
+        data.update(message)
+        data["id"], data["kind"] = mid, kind  # as normalised above ("" and "message" for a missing one)
+    msg = _new(ChatMessage)
+    _set_data(msg, data)
+    return msg
+
+
+#: The defaults :func:`as_message` merges a dict over (the five fields, in line order).
+_DEFAULTS: dict[str, Any] = {"id": "", "created_at": None, "role": None, "kind": "message", "content": None}
+_typed = itemgetter("role", "id", "kind", "created_at")
+#: The types of (role, id, kind, created_at) a dict may have to be taken as it is.
+_USUAL_TYPES = frozenset({(str, str, str, type(None)), (str, str, str, int)})
 
 
 def has_non_finite_float(value: Any) -> bool:

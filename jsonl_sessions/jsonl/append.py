@@ -49,18 +49,18 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
-import stat
 import time
 from collections.abc import Iterator, Sequence
+from stat import S_ISREG
 from typing import Any
 
 from .. import _platform, codec, ids, sidecar
-from ..errors import InvalidMessageError, LockTimeoutError, SessionStoreError
+from ..errors import LockTimeoutError, SessionStoreError
 from ..ids import assign_ids, is_ulid, next_id
 from ..types import ChatMessage
 from . import torn
-from .control import AppendBatch, roll_back
-from .guard import REGISTRY, GuardBusy, GuardClosed, SessionGuard, TranscriptView
+from .control import AppendBatch, finish, roll_back
+from .guard import REGISTRY, UNFINISHED, GuardBusy, GuardClosed, SessionGuard, TranscriptView
 from .layout import FileState, SessionFiles
 from .lines import Tail, iter_lines_backward, read_tail
 from .txn import Root, Tx, enter
@@ -72,7 +72,7 @@ def append(root: Root, files: SessionFiles, message: ChatMessage) -> str:
     :func:`append_many`. In ``"fsync"`` mode, when another thread of this process is
     writing the same session, the append joins a group commit (see the module
     docstring). Cost: O(1) in the transcript size."""
-    guard = REGISTRY.get(files.lock)
+    guard = REGISTRY.find(files.lock) or REGISTRY.get(files.lock)
     # In fsync mode a thread never waits for the guard on its own: when another thread of
     # this process holds it (or a group is forming), the append joins the queue, whose
     # writer takes every queued message in one write and one fsync.
@@ -80,8 +80,9 @@ def append(root: Root, files: SessionFiles, message: ChatMessage) -> str:
     while True:
         if group_commit and (guard.leading or guard.pending):
             return _queued(root, files, guard, message)
-        try:
-            enter(root, files, guard, blocking=not group_commit)
+        try:  # control.enter, written out: the guard taken, then recovery if it found work left
+            if guard.acquire(root.lock_timeout, files.key, not group_commit) == UNFINISHED:
+                finish(guard, files)
         except GuardBusy:
             return _queued(root, files, guard, message)
         except GuardClosed:
@@ -202,19 +203,42 @@ def _wait_for_writer(guard: SessionGuard, files: SessionFiles, entry: Pending, d
 
 
 # -- the write --------------------------------------------------------------------------
+# One function body for the usual append (a kept, unchanged transcript; one message without
+# an id; flush mode): the checks, the id, the line, the write and the bookkeeping are
+# written out in it rather than spread over helpers, since every call and attribute lookup
+# on this path is paid by every append. The rare cases branch out of it: no kept view or a
+# changed file (_open_cold), a torn tail (torn.settle / torn.cut_torn), several messages or
+# a group (_encode), a caller's id or a last line without a ULID (_encode), a batch or
+# fsync mode (_mark, _show), a failure (roll_back), a foreign writer.
 def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[ChatMessage],
            group: list[Pending] | None) -> list[str]:
     """Append ``msgs`` to the session whose guard this thread holds (recovery done); their
     ids. ``group``: the queued appends ``msgs`` come from (one each): every member ends
     done, with its id or its own error; ``None``: one caller's messages, all or none, an
-    error raised."""
-    key = files.key
+    error raised.
+
+    The write: ``data`` (the lines of the new ids) after the committed bytes of the
+    transcript, in one write (and one fsync when durable); rolled back on error (and the
+    descriptor closed: :func:`~jsonl_sessions.jsonl.control.roll_back`), so none of the
+    lines appears later. A torn tail is cut first. A batch (several lines of one caller)
+    commits an :class:`AppendBatch` record first; lines of separate appends (a group) do
+    not: a crash may keep a prefix of them, none acknowledged yet.
+
+    Durable mode: the counter is odd throughout for a batch, else the visible end hides the
+    new bytes from lock-free readers (one ``pwrite`` before the write, one after the fsync,
+    which also writes the count cache: the ``fstat`` it needs is made before the fsync, as
+    the write already set the size and mtime, so that after the fsync only that ``pwrite``
+    and the unlock remain). If clearing it fails, the lines are cut as after a failed fsync
+    (a reader may not see them until the next guard holder clears it, and the append is not
+    acknowledged). Failing to finish the bookkeeping after a successful write (the counter
+    made even again, the record cleared) does not fail the append: the next guard holder
+    completes it.
+
+    Then the transcript stays open as the guard's view (with its tail and last id) and the
+    count cache is kept current. The append stands whatever fails there: the view or the
+    cache is then dropped, rebuilt later."""
     view = guard.view
-    fd = -1
     st: os.stat_result | None = None
-    tail: Tail | None = None
-    clean = False
-    last = ""
     if view is not None:  # the warm precondition: the kept descriptor still names the path's file
         try:
             st = _platform.lstat(files.transcript)
@@ -224,32 +248,42 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
         except BaseException:
             guard.drop_view()
             raise
-        if view.unchanged(st, guard.seq) and stat.S_ISREG(st.st_mode):  # the usual case: one check
-            fd = view.fd
-            tail, clean, last = view.tail, view.clean, view.last_id
-        elif stat.S_ISREG(st.st_mode) and view.same_file(st):
-            fd = view.fd
-        else:
-            guard.drop_view()
-            view = None
-    if fd == -1:
-        opened = files.open_transcript_for_write()
+    # TranscriptView.unchanged (same size, mtime, counter, inode, device), written out: the
+    # kept tail and last id are current, nothing is read.
+    if (view is not None and st is not None and st.st_size == view.size and st.st_mtime_ns == view.mtime
+            and guard.seq == view.seq and st.st_ino == view.ino and st.st_dev == view.dev
+            and S_ISREG(st.st_mode)):
+        fd, tail, clean, last = view.fd, view.tail, view.clean, view.last_id
+    else:
+        opened = _open_cold(files, guard, view, st)
         if opened is None:
             return _create(root, files, guard, msgs, group)
-        fd, st = opened
-        clean = guard.clean_mark == (FileState.of(st), guard.seq)
-    assert st is not None
+        view, fd, st, tail, clean, last = opened
+    key = files.key
     try:
         if tail is None:
             tail = read_tail(fd, st.st_size)
-        # tail.torn, written out (committed != size): the property is a call, on every append.
         while True:
-            if tail.committed != tail.size:  # a crash's leftover, or a line another process is still writing
+            # Tail's fields unpacked at once (each attribute of a named tuple is a descriptor call).
+            t_size, committed, _start, last_line = tail
+            if committed != t_size:  # a crash's leftover, or a line another process is still writing
                 tail, settled = torn.settle(root, files, fd, tail)
                 if settled is not None:
                     st, last, clean = settled, "", False
-            new_ids, data = _encode(root, key, fd, tail, last, msgs, group)
-            if not data or tail.committed == tail.size:
+                t_size, committed, _start, last_line = tail
+            if group is None and len(msgs) == 1 and not (fields := msgs[0]._data).get("id"):  # no id to check
+                now = root.clock()
+                new_id = next_id(last or (codec.prefix_id(last_line) if last_line is not None else None)
+                                 or last_id(fd, tail), now)
+                if new_id is None:  # the last id is not a ULID (an earlier version's): after the newest ULID
+                    new_id = _after_newest_ulid(key, fd, tail, msgs, now)
+                created = fields.get("created_at")
+                data = codec.encode_line(msgs[0], new_id, now if created is None else created, key,
+                                         root.max_message_bytes)
+                new_ids = [new_id]
+            else:
+                new_ids, data = _encode(root, key, fd, tail, last, msgs, group)
+            if not data or committed == t_size:
                 break
             cut_tail, st = torn.cut_torn(root, files, guard, fd, tail)
             if cut_tail.committed == tail.committed:
@@ -264,121 +298,58 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
     if not data:  # every queued message failed its own caller
         _drop(guard, view, fd)
         return []
+    committed = tail.committed
+    end = committed + len(data)
+    lines = len(new_ids)
+    seq = guard.seq
+    cache = guard.count
+    before = None  # the lines counted before this append, when the count cache holds them
+    if cache is not None:  # CountCache.matches, written out
+        c_ino, c_size, c_mtime, c_lines, c_seq = cache
+        if c_size == st.st_size and c_mtime == st.st_mtime_ns and c_ino == st.st_ino and c_seq == seq:
+            before = c_lines
+    guard.changes += 1  # the file may change from here on: a Tx open around this call reads it again
+    durable = root.durable
+    batch = lines > 1 and group is None
+    in_place = hide = counted = False  # counted: clearing the visible end wrote the count cache too
+    after: os.stat_result | None = None  # the transcript after the write, stat'ed before the fsync
     try:
-        _commit(root, files, guard, view, fd, st, tail, data, new_ids, clean, atomic=group is None)
+        if durable or batch:
+            in_place, hide = _mark(guard, committed, end, durable, batch)
+        # The tail the lines leave, made before the write: after a durable append's fsync
+        # only the control file's write and the unlock remain. Tail(...) without its __new__.
+        if lines == 1:
+            written = _new_tuple(Tail, (end, end, committed, data[:-1]))
+        else:
+            nl = data.rfind(b"\n", 0, len(data) - 1)
+            written = _new_tuple(Tail, (end, end, committed + nl + 1, data[nl + 1 : -1]))
+        try:
+            _platform.write(fd, data)
+            if durable:
+                after = _stat_or_none(fd)
+                _platform.fsync(fd)
+                if hide:
+                    counted = _show(guard, after, end, before, lines)
+        except BaseException:
+            in_place = True
+            outcome = roll_back(guard, files, fd, committed)  # even if the counter could not be marked
+            if outcome == "cut" and hide and guard.hidden is not None:  # nothing left to hide
+                with contextlib.suppress(OSError):
+                    guard.show_all()
+            batch = batch and outcome == "cut"  # else its record gave way to the cut's, or must stay
+            _drop(guard, view, fd)
+            raise
+        finally:
+            if in_place:
+                try:
+                    guard.end_in_place()
+                    if batch:
+                        guard.clear_record(durable)
+                except OSError:
+                    pass
     except BaseException as exc:
         _fail(group, exc)
         raise
-    if group is not None:
-        _done(group)
-    return new_ids
-
-
-def _encode(root: Root, key: str, fd: int, tail: Tail, last: str, msgs: Sequence[ChatMessage],
-            group: list[Pending] | None) -> tuple[list[str], bytes]:
-    """The ids and bytes of ``msgs`` appended after ``tail`` of the transcript open as ``fd``
-    (``last``: the last line's id when known, else ""). Raises the error of a message that
-    cannot be written (with ``group``: that member fails alone)."""
-    now = root.clock()
-    if group is None:
-        m = msgs[0]
-        fields = m._data
-        if len(msgs) == 1 and not fields.get("id"):  # the common append: no id to check
-            previous = last or (codec.prefix_id(tail.last_line) if tail.last_line is not None else None) \
-                or last_id(fd, tail)
-            new_id = next_id(previous, now)
-            if new_id is None:  # the last id is not a ULID (an earlier version's): after the newest ULID
-                previous = newest_ulid(fd, tail)
-                new_id = next_id(previous, now)
-                if new_id is None:
-                    assign_ids(key, msgs, previous, now)  # raises the error of "no id fits"
-                    raise AssertionError("unreachable")
-            created = fields.get("created_at")
-            data = codec.encode_record(codec.record_of(m, new_id, now if created is None else created), key)
-            if len(data) > root.max_message_bytes:
-                raise InvalidMessageError(key=key, message_id=new_id, reason=f"message is {len(data)} bytes, "
-                                          f"over max_message_bytes={root.max_message_bytes}")
-            return [new_id], data
-        records = assign_ids(key, msgs, last or newest_ulid(fd, tail), now, lambda mid: has_id(fd, tail.size, mid))
-        return [r["id"] for r in records], b"".join(encode_lines(root, key, records))
-    lines = _encode_group(root, key, group, last or newest_ulid(fd, tail), now,
-                          lambda mid: has_id(fd, tail.size, mid))
-    return [p.id for p in group if p.error is None], b"".join(lines)
-
-
-def _commit(root: Root, files: SessionFiles, guard: SessionGuard, view: TranscriptView | None, fd: int,
-            st: os.stat_result, tail: Tail, data: bytes, new_ids: list[str], clean: bool, *, atomic: bool) -> None:
-    """Write ``data`` (the lines of ``new_ids``) after the committed bytes of the transcript
-    open as ``fd`` (``st``, ``tail``: as found; ``view``: the kept view it came from, if
-    any), in one write (and one fsync when durable); rolled back on error (and the
-    descriptor closed: :func:`~jsonl_sessions.jsonl.control.roll_back`), so none of the
-    lines appears later. ``tail`` has no torn tail (the caller cut it). A batch (several lines and ``atomic``) commits an :class:`AppendBatch`
-    record first; lines of separate appends (not ``atomic``) do not: a crash may keep a
-    prefix of them, none acknowledged yet.
-
-    Durable mode: the counter is odd throughout for a batch, else the visible end hides the
-    new bytes from lock-free readers (one ``pwrite`` before the write, one after the fsync,
-    which also writes the count cache: the ``fstat`` it needs is made before the fsync, as
-    the write already set the size and mtime, so that after the fsync only that ``pwrite``
-    and the unlock remain). If clearing it fails,
-    the lines are cut as after a failed fsync (a reader may not see them until the next
-    guard holder clears it, and the append is not acknowledged). Failing to finish the
-    bookkeeping after a successful write (the counter made even again, the record
-    cleared) does not fail the append: the next guard holder completes it.
-
-    Then the transcript stays open as the guard's new view (with its tail and last id)
-    and the count cache is kept current. The append stands whatever fails there: the
-    view or the cache is then dropped, rebuilt later."""
-    durable = root.durable
-    committed = tail.committed
-    lines = len(new_ids)
-    batch = lines > 1 and atomic
-    cache = guard.count
-    before = cache.lines if cache is not None and cache.matches(st, guard.seq) else None
-    guard.changes += 1  # the file may change from here on: a Tx open around this call reads it again
-    if batch:
-        guard.write_record(AppendBatch(committed, committed + len(data)), durable)
-    in_place = batch
-    hide = durable and not in_place
-    if in_place:
-        guard.begin_in_place()
-    elif hide:
-        guard.hide_from(committed)
-    # The tail the lines leave, made before the write: after a durable append's fsync only
-    # the control file's write and the unlock remain. Tail(...), without its __new__'s frame.
-    end = committed + len(data)
-    nl = data.rfind(b"\n", 0, len(data) - 1)
-    written = _new_tuple(Tail, (end, end, committed + nl + 1, data[nl + 1 : -1]))
-    after: os.stat_result | None = None  # the transcript after the write, stat'ed before the fsync
-    counted = False  # whether clearing the visible end wrote the count cache too
-    try:
-        _platform.write(fd, data)
-        if durable:
-            after = _stat_or_none(fd)
-            _platform.fsync(fd)
-        if hide:
-            if before is not None and after is not None and after.st_size == committed + len(data):
-                guard.show_all(after, before + lines)
-                counted = True
-            else:  # no count known, or a foreign writer appended too: count later
-                guard.show_all()
-    except BaseException:
-        in_place = True
-        outcome = roll_back(guard, files, fd, committed)  # even if the counter could not be marked
-        if outcome == "cut" and hide and guard.hidden is not None:  # nothing left to hide
-            with contextlib.suppress(OSError):
-                guard.show_all()
-        batch = batch and outcome == "cut"  # else its record gave way to the cut's, or must stay
-        _drop(guard, view, fd)
-        raise
-    finally:
-        if in_place:
-            try:
-                guard.end_in_place()
-                if batch:
-                    guard.clear_record(durable)
-            except OSError:
-                pass
     if after is not None:
         st = after
     else:
@@ -386,15 +357,17 @@ def _commit(root: Root, files: SessionFiles, guard: SessionGuard, view: Transcri
             st = _platform.fstat(fd)
         except OSError:
             _drop(guard, view, fd)
-            return
+            _done(group)
+            return new_ids
     if st.st_size == end:
         new_tail: Tail | None = written
         last = new_ids[-1]
     else:  # a foreign writer appended too: read the tail again, count later
         new_tail, clean, last = None, False, ""
         before = None
-    if view is not None:
-        view.advance(st, guard.seq, new_tail, clean, last)  # the same descriptor, already counted
+    if view is not None:  # the same descriptor, already counted: moved forward in place
+        view.size, view.mtime, view.seq = st.st_size, st.st_mtime_ns, guard.seq
+        view.tail, view.clean, view.last_id = new_tail, clean, last
         guard.view = view
     else:
         guard.keep_view(TranscriptView.of(fd, st, guard.seq, new_tail, clean, last), counted=False)
@@ -403,6 +376,78 @@ def _commit(root: Root, files: SessionFiles, guard: SessionGuard, view: Transcri
             guard.write_count(st, before + lines)
         except OSError:  # a cache: the next reader rebuilds it
             pass
+    if group is not None:
+        _done(group)
+    return new_ids
+
+
+def _open_cold(files: SessionFiles, guard: SessionGuard, view: TranscriptView | None, st: os.stat_result | None
+               ) -> tuple[TranscriptView | None, int, os.stat_result, Tail | None, bool, str] | None:
+    """The transcript to append to when the kept view is missing or out of date (``st``:
+    the ``lstat`` of its path when there is a view): the kept descriptor when the path
+    still names its file (its tail read again), else the path opened afresh (the view
+    dropped). ``(view, fd, st, tail or None, clean, last id or "")``; None when there is no
+    transcript (create it)."""
+    if view is not None and st is not None:
+        if S_ISREG(st.st_mode) and view.same_file(st):
+            return view, view.fd, st, None, False, ""
+        guard.drop_view()
+    opened = files.open_transcript_for_write()
+    if opened is None:
+        return None
+    fd, st = opened
+    return None, fd, st, None, guard.clean_mark == (FileState.of(st), guard.seq), ""
+
+
+def _after_newest_ulid(key: str, fd: int, tail: Tail, msgs: Sequence[ChatMessage], now: int) -> str:
+    """The id of one new message when the last line's id is not a ULID: after the newest
+    ULID of the transcript. Raises the error of "no id fits"."""
+    previous = newest_ulid(fd, tail)
+    new_id = next_id(previous, now)
+    if new_id is None:
+        assign_ids(key, msgs, previous, now)  # raises the error of "no id fits"
+        raise AssertionError("unreachable")
+    return new_id
+
+
+def _encode(root: Root, key: str, fd: int, tail: Tail, last: str, msgs: Sequence[ChatMessage],
+            group: list[Pending] | None) -> tuple[list[str], bytes]:
+    """The ids and bytes of ``msgs`` appended after ``tail`` of the transcript open as ``fd``
+    (``last``: the last line's id when known, else ""), when they are not one message
+    without an id (which :func:`_write` encodes itself): a batch, a caller's id, or a
+    group. Raises the error of a message that cannot be written (with ``group``: that
+    member fails alone)."""
+    now = root.clock()
+    if group is None:
+        records = assign_ids(key, msgs, last or newest_ulid(fd, tail), now, lambda mid: has_id(fd, tail.size, mid))
+        return [r["id"] for r in records], b"".join(encode_lines(root, key, records))
+    lines = _encode_group(root, key, group, last or newest_ulid(fd, tail), now,
+                          lambda mid: has_id(fd, tail.size, mid))
+    return [p.id for p in group if p.error is None], b"".join(lines)
+
+
+def _mark(guard: SessionGuard, committed: int, end: int, durable: bool, batch: bool) -> tuple[bool, bool]:
+    """Before the write of a batch or of a durable append: a batch commits its
+    :class:`AppendBatch` record and makes the counter odd (``in_place``); a durable append
+    of separate lines hides the bytes from ``committed`` on from lock-free readers
+    (``hide``). ``(in_place, hide)``."""
+    if batch:
+        guard.write_record(AppendBatch(committed, end), durable)
+        guard.begin_in_place()
+        return True, False
+    guard.hide_from(committed)
+    return False, True
+
+
+def _show(guard: SessionGuard, after: os.stat_result | None, end: int, before: int | None, lines: int) -> bool:
+    """After a durable append's fsync: readers may use the whole transcript again, in one
+    ``pwrite`` with the count cache when the count is known and the file ends where the
+    lines do (True); otherwise the count is left for later (False)."""
+    if before is not None and after is not None and after.st_size == end:
+        guard.show_all(after, before + lines)
+        return True
+    guard.show_all()  # no count known, or a foreign writer appended too: count later
+    return False
 
 
 _new_tuple = tuple.__new__

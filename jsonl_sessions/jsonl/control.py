@@ -71,7 +71,7 @@ from .controlfile import (
     read_control,
     read_head,
 )
-from .guard import REGISTRY, GuardClosed, SessionGuard
+from .guard import REGISTRY, UNFINISHED, GuardClosed, SessionGuard
 from .layout import FileState, SessionFiles
 from .lines import count_newlines
 from .root import Root
@@ -345,17 +345,24 @@ def enter(root: Root, files: SessionFiles, guard: SessionGuard, timeout: float |
     it up again). ``first``: gets whether this call took the guard first (not reentrant).
     Not ``blocking``: :class:`~jsonl_sessions.jsonl.guard.GuardBusy` when another thread
     of this process holds the guard."""
-    took = guard.acquire(root.lock_timeout if timeout is False else timeout, files.key, blocking=blocking)
+    took = guard.acquire(root.lock_timeout if timeout is False else timeout, files.key, blocking)
     if first is not None:
-        first.append(took)
-    if took and (guard.record is not None or guard.seq & 1 or guard.hidden is not None):
-        try:
-            guard.drop_view()
-            recover(guard, files)
-        except BaseException:
-            guard.release()
-            raise
+        first.append(took != 0)
+    if took == UNFINISHED:
+        finish(guard, files)
     return guard
+
+
+def finish(guard: SessionGuard, files: SessionFiles) -> None:
+    """Recovery (:func:`recover`) by the thread that just took ``guard`` and found
+    something unfinished (:data:`~jsonl_sessions.jsonl.guard.UNFINISHED`); the kept view
+    is dropped first. When recovery fails the guard is released and the error raised."""
+    try:
+        guard.drop_view()
+        recover(guard, files)
+    except BaseException:
+        guard.release()
+        raise
 
 
 def recover(guard: SessionGuard, files: SessionFiles) -> None:
@@ -546,5 +553,5 @@ def _store_count(root: Root, files: SessionFiles, counted: os.stat_result, lines
 __all__ = ["COUNT", "COUNT_OFFSET", "DEFAULT", "HEAD_BYTES", "READ_RETRY_SECONDS", "RECORD_OFFSET", "RETIRED", "SEQ",
            "SEQ_OFFSET", "VISIBLE_OFFSET", "AppendBatch", "CountCache", "CutBack", "Head", "Moves", "Record", "RollForward",
            "TailRewrite", "acquire", "consistent", "count", "count_with_size", "cut", "decode_head", "encode_record",
-           "enter", "in_place", "parse_record", "peek_count", "read_control", "read_head", "read_transcript",
+           "enter", "finish", "in_place", "parse_record", "peek_count", "read_control", "read_head", "read_transcript",
            "recover", "rename_over", "roll_back", "try_recover", "with_transcript", "without_control"]

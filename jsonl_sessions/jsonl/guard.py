@@ -71,6 +71,9 @@ _FIRST_DELAY = 0.0001
 _MAX_DELAY = 0.005
 #: The most transcript descriptors kept open between mutations in one process.
 MAX_VIEWS = 128
+#: What :meth:`SessionGuard.acquire` returns when it took the guard: nothing to recover,
+#: or something a dead writer left unfinished (0: the thread held it already).
+TAKEN, UNFINISHED = 1, 2
 
 
 class TranscriptView:
@@ -80,7 +83,8 @@ class TranscriptView:
     line of it is known to parse (the store wrote them all, or checked them).
 
     Only the guard's holder reads or changes it. An append through the kept descriptor
-    moves it forward in place (:meth:`advance`) rather than making a new one."""
+    moves it forward in place (the append path sets its size, mtime, counter, tail,
+    ``clean`` and last id) rather than making a new one."""
 
     __slots__ = ("clean", "dev", "fd", "ino", "last_id", "mtime", "seq", "size", "tail")
 
@@ -98,20 +102,14 @@ class TranscriptView:
         """The view of the transcript open as ``fd``, as ``st`` (its fstat) describes it."""
         return cls(fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, seq, tail, clean, last_id)
 
-    def advance(self, st: os.stat_result, seq: int, tail: Tail | None, clean: bool = False,
-                last_id: str = "") -> None:
-        """The same descriptor, as ``st`` (its fstat after a change made through it) now
-        describes it: what :meth:`of` would make, without a new object."""
-        self.size, self.mtime, self.seq = st.st_size, st.st_mtime_ns, seq
-        self.tail, self.clean, self.last_id = tail, clean, last_id
-
     def __repr__(self) -> str:
         return (f"TranscriptView(fd={self.fd}, dev={self.dev}, ino={self.ino}, size={self.size}, "
                 f"mtime={self.mtime}, seq={self.seq}, tail={self.tail!r}, clean={self.clean}, "
                 f"last_id={self.last_id!r})")
 
-    # The two checks are FileState's (same_file, unchanged), made on the view's own fields:
-    # the append path runs them on every append, without building a FileState.
+    # The two checks are FileState's (same_file, unchanged), made on the view's own fields,
+    # without building a FileState. The append path writes unchanged out in its body (it
+    # runs on every append): a change here is a change there.
     def same_file(self, st: os.stat_result) -> bool:
         """Whether ``st`` (a stat of the transcript's path) is the file this view holds open."""
         return st.st_ino == self.ino and st.st_dev == self.dev
@@ -170,10 +168,12 @@ class SessionGuard:
         self.leading = False
         self.pending_cond = threading.Condition(threading.Lock())
 
-    def acquire(self, timeout: float | None, key: str, *, blocking: bool = True) -> bool:
-        """Take the guard; True when this call took the process lock (depth 0 -> 1), so the
-        caller must look at :attr:`record` and :attr:`seq` for recovery work; False when
-        the thread already held it. Raises :class:`LockTimeoutError`, or
+    def acquire(self, timeout: float | None, key: str, blocking: bool = True) -> int:
+        """Take the guard: :data:`TAKEN` when this call took the process lock (depth 0 ->
+        1) and the control file shows nothing unfinished; :data:`UNFINISHED` when it took
+        it and found what a dead writer left (a roll-forward record, an odd counter, a
+        visible end: :attr:`record`, :attr:`seq`, :attr:`hidden`), which the caller must
+        recover; 0 (false) when the thread already held it. Raises :class:`LockTimeoutError`, or
         :class:`GuardClosed` if the guard was evicted meanwhile (look it up again). Not
         ``blocking``: :class:`GuardBusy` at once when another thread of this process holds
         it (another process's flock is still waited for, up to ``timeout``)."""
@@ -188,7 +188,7 @@ class SessionGuard:
             raise GuardClosed
         if self._depth:
             self._depth += 1
-            return False
+            return 0
         decoded: Head | None
         try:
             while True:
@@ -219,7 +219,7 @@ class SessionGuard:
             self._rlock.release()
             raise
         self._depth = 1
-        self._owner = threading.get_ident()
+        self._owner = _get_ident()
         if decoded is None:
             self.seq = seq
             self.hidden = self.record = None
@@ -227,12 +227,12 @@ class SessionGuard:
                 self.count = None
             elif self.count != (ino, size, mtime, lines, cached_seq):  # else the one kept is current
                 self.count = CountCache(ino, size, mtime, lines, cached_seq)
-        else:
-            self.seq = decoded.seq
-            self.hidden = decoded.visible
-            self.count = decoded.cache
-            self.record = decoded.record
-        return True
+            return UNFINISHED if seq & 1 else TAKEN  # no record, no visible end: only the counter
+        self.seq = decoded.seq
+        self.hidden = decoded.visible
+        self.count = decoded.cache
+        self.record = decoded.record
+        return UNFINISHED if (self.record is not None or self.seq & 1 or self.hidden is not None) else TAKEN
 
     def _keep_retired(self) -> bool:
         """The file locked (its flock held) carries the retired mark. True when the path
@@ -330,21 +330,21 @@ class SessionGuard:
         must not report it as failed (a retry would repeat it). A failed unlock is logged
         and the lock file's descriptor closed instead, which drops the flock all the same;
         the next acquire opens it again."""
-        self._depth -= 1
-        if self._depth == 0:
-            self._owner = 0
-            try:
-                if self._retired:
-                    self._retired = False
-                    self._reopen()
-                else:
-                    try:
-                        _platform.unlock(self._fd)
-                    except OSError as exc:
-                        self._unlock_failed(exc)
-            finally:
-                self._rlock.release()
-        else:
+        depth = self._depth = self._depth - 1
+        if depth:
+            self._rlock.release()
+            return
+        self._owner = 0
+        try:
+            if self._retired:
+                self._retired = False
+                self._reopen()
+            else:
+                try:
+                    _platform.unlock(self._fd)
+                except OSError as exc:
+                    self._unlock_failed(exc)
+        finally:
             self._rlock.release()
 
     def _unlock(self) -> None:
@@ -494,6 +494,10 @@ class GuardRegistry:
 
     def __init__(self) -> None:
         self._guards: dict[str, SessionGuard] = {}
+        #: The guard of a lock-file path when there is one, else None (never creates one;
+        #: a C call, for the append path). The dict stays the same object for the
+        #: registry's life (cleared in place after a fork).
+        self.find = self._guards.get
         self._lock = threading.Lock()
         self._views = 0
         self._views_lock = threading.Lock()
@@ -567,11 +571,11 @@ class GuardRegistry:
 
     def reset_after_fork(self) -> None:
         """In a forked child: forget the parent's guards (their locks are the parent's)."""
-        old = self._guards
-        self._guards = {}
+        old = list(self._guards.values())
+        self._guards.clear()  # in place: find is bound to this dict
         self._lock = threading.Lock()
         self._views_lock = threading.Lock()
-        for guard in old.values():
+        for guard in old:
             guard.close()
         self._views = 0
 
@@ -584,6 +588,7 @@ def _close_quietly(fd: int) -> None:
 
 
 _new_tuple = tuple.__new__
+_get_ident = threading.get_ident
 
 REGISTRY = GuardRegistry()
 if hasattr(os, "register_at_fork"):

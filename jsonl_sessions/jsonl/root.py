@@ -26,7 +26,9 @@ class Root:
     lock_timeout: float | None
     clock: Callable[[], int]
     max_message_bytes: int
-    _files: dict[str, SessionFiles] = field(default_factory=dict, repr=False)
+    #: The files of the keys :meth:`files` was asked for (keys validated), at most
+    #: ``_MAX_CACHED_FILES`` (then it starts over, the same dict cleared).
+    known: dict[str, SessionFiles] = field(default_factory=dict, repr=False)
     #: What listings read of each session, reused while its files are unchanged.
     seen: Seen = field(default_factory=Seen, repr=False)
 
@@ -34,20 +36,20 @@ class Root:
         """The files of ``key`` (cached); ``stem``: its stem when already known (a listing
         read it off the file name). Raises :class:`InvalidSessionKeyError`."""
         try:
-            found = self._files.get(key)
+            found = self.known.get(key)
         except TypeError:  # an unhashable non-str key: SessionFiles.of raises InvalidSessionKeyError
             found = None
         if found is None:
             found = SessionFiles.of(self.path, key, stem)
-            if len(self._files) > _MAX_CACHED_FILES:
+            if len(self.known) > _MAX_CACHED_FILES:
                 self.close_views()
-                self._files.clear()
-            self._files[key] = found
+                self.known.clear()
+            self.known[key] = found
         return found
 
     def close_views(self) -> None:
         """Close the transcripts kept open for this store's sessions (those no thread holds)."""
-        REGISTRY.drop_views([files.lock for files in list(self._files.values())])
+        REGISTRY.drop_views([files.lock for files in list(self.known.values())])
 
     def close(self) -> None:
         """Close every descriptor kept for the sessions of this directory (lock files and

@@ -196,9 +196,14 @@ class SessionStore(BaseStore):
 
     # -- appending ---------------------------------------------------------------------------
     def append(self, key: str, message: MessageLike) -> str:
-        # Straight to the append path (what Session.append does), the hottest call of the store.
+        # Straight to the append path (what Session.append does), the hottest call of the store,
+        # with Root.files' cache looked up here.
         root = self._root
-        return appending.append(root, root.files(key), as_message(message))
+        try:
+            files = root.known[key]
+        except (KeyError, TypeError):  # a key not seen yet (validated there), or not even hashable
+            files = root.files(key)
+        return appending.append(root, files, as_message(message))
 
     # -- changing the end --------------------------------------------------------------------
     def remove_last(self, key: str, *, expected_id: str | None = None) -> bool:

@@ -1,14 +1,17 @@
 """The value types and errors every backend shares, without a store: ``ChatMessage``
 (immutable, equality and hash, a readable repr, the dict round trip, reserved fields
-refused in ``extra``) and the error hierarchy (each error pickles with its fields and is
+refused in ``extra``, a dict taken as ``from_dict`` takes it) and the error hierarchy (each error pickles with its fields and is
 also the stdlib type a caller would catch)."""
 
 from __future__ import annotations
 
 import copy
 import pickle
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jsonl_sessions import (
     ChatMessage,
@@ -25,6 +28,7 @@ from jsonl_sessions import (
     SessionStoreError,
     UnsafePathError,
 )
+from jsonl_sessions.types import as_message
 
 
 @pytest.mark.parametrize("reserved", ["id", "created_at", "role", "kind", "content"])
@@ -133,3 +137,48 @@ def test_chat_message_dict_round_trip_and_replace() -> None:
         m.replace(colour="red")
     with pytest.raises(InvalidMessageError):
         m.replace(created_at="yesterday")
+
+
+class _Name(str):
+    """A str subclass: accepted as a field name or value wherever a str is."""
+
+
+_FIELD_NAMES = st.sampled_from(["role", "id", "created_at", "kind", "content", "tool_calls", "name", _Name("extra"),
+                                _Name("role"), 1, None])
+_FIELD_VALUES = st.one_of(
+    st.none(), st.sampled_from(["", "user", "message", "compaction", _Name("user"), _Name("")]), st.text(max_size=5),
+    st.integers(-2, 2**70), st.booleans(), st.floats(allow_nan=False), st.lists(st.integers(), max_size=2),
+)
+
+
+@st.composite
+def _message_dicts(draw: st.DrawFn) -> dict[Any, Any]:
+    """A dict as a caller may pass it: each field present or not, of the usual type or
+    not (None, a falsy value, a str subclass, a bool, a float), extras (some with a name
+    that is not a str), in any order."""
+    fields = draw(st.fixed_dictionaries({}, optional={
+        "role": st.sampled_from(["user", "assistant", "", _Name("tool"), None, 3]),
+        "id": st.sampled_from(["", None, 0, "01JABCDEFGHJKMNPQRSTVWXYZ0", _Name("x"), 7]),
+        "created_at": st.sampled_from([None, 5, 1733300000000, True, 1.0, "5"]),
+        "kind": st.sampled_from(["", None, 0, "message", "compaction", _Name("compaction"), 1]),
+        "content": _FIELD_VALUES,
+    }))
+    fields.update(draw(st.dictionaries(_FIELD_NAMES, _FIELD_VALUES, max_size=3)))
+    order = draw(st.permutations(list(fields)))
+    return {name: fields[name] for name in order}
+
+
+@settings(max_examples=400)
+@given(_message_dicts())
+def test_as_message_of_a_dict_is_from_dict(raw: dict[Any, Any]) -> None:
+    """The model: as_message takes a dict as ChatMessage.from_dict does (the same fields in
+    the same order, or the same error), whichever way it takes it."""
+    try:
+        expected = ChatMessage.from_dict(raw)
+    except InvalidMessageError:
+        with pytest.raises(InvalidMessageError):
+            as_message(raw)
+        return
+    got = as_message(raw)
+    assert list(got._data.items()) == list(expected._data.items())
+    assert type(got.kind) is type(expected.kind) and type(got.id) is type(expected.id)

@@ -35,12 +35,11 @@ from _summary import record
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from jsonl_sessions import SessionQuery, SessionStore, _platform, codec
+from jsonl_sessions import SessionQuery, SessionStore, codec
 from jsonl_sessions.jsonl import append as appending
 from jsonl_sessions.jsonl._atomic import unlink_quietly, write_temp
 from jsonl_sessions.jsonl.control import rename_over
 from jsonl_sessions.jsonl.guard import SessionGuard
-from jsonl_sessions.jsonl.lines import Tail
 from jsonl_sessions.jsonl.txn import Root, Tx
 from jsonl_sessions.testing import check_power_loss, fault_loop, make_state_machine
 from jsonl_sessions.testing.faults import no_temp_files, observer
@@ -162,20 +161,10 @@ class RewriteClearsFirst(SessionStore):
         super().rewrite_messages(key, msgs)
 
 
-def _commit_without_rollback(root: Root, files: Any, guard: SessionGuard, view: Any, fd: int, st: Any, tail: Tail,
-                             data: bytes, new_ids: list[str], clean: bool, *, atomic: bool) -> None:
-    """The append's write without its rollback (nor its bookkeeping: a kept view no longer
-    matches the file, so the next append reads the tail again)."""
-    guard.changes += 1
-    try:
-        if tail.torn:
-            _platform.truncate(fd, tail.committed)
-        _platform.write(fd, data)
-        if root.durable:
-            _platform.fsync(fd)
-    finally:
-        if view is None:  # a descriptor opened for this append: not kept
-            guard.close_taken(fd, counted=False)
+def _roll_back_nothing(guard: SessionGuard, files: Any, fd: int, at: int) -> str:
+    """control.roll_back that cuts nothing and says it did: the lines of a failed append
+    stay, visible."""
+    return "cut"
 
 
 class AppendNotRolledBack(SessionStore):
@@ -183,11 +172,11 @@ class AppendNotRolledBack(SessionStore):
     so a retry duplicates it."""
 
     def append(self, key: str, message: Any) -> str:
-        with _patched(appending, "_commit", _commit_without_rollback):
+        with _patched(appending, "roll_back", _roll_back_nothing):
             return super().append(key, message)
 
     def append_many(self, key: str, messages: Iterable[Any]) -> list[str]:
-        with _patched(appending, "_commit", _commit_without_rollback):
+        with _patched(appending, "roll_back", _roll_back_nothing):
             return super().append_many(key, messages)
 
 
@@ -200,22 +189,22 @@ class UpdateLastWithoutRecord(SessionStore):
             return super().update_last(key, message, expected_id=expected_id)
 
 
-_real_commit = appending._commit
+_real_write = appending._write
 
 
-def _commit_without_fsync(root: Root, *args: Any, **kwargs: Any) -> None:
-    _real_commit(dataclasses.replace(root, durable=False), *args, **kwargs)
+def _write_without_fsync(root: Root, *args: Any) -> list[str]:
+    return _real_write(dataclasses.replace(root, durable=False), *args)
 
 
 class AppendWithoutFsync(SessionStore):
-    """Appends to an existing session are not fsynced, even in fsync mode."""
+    """Appends are not fsynced, even in fsync mode."""
 
     def append(self, key: str, message: Any) -> str:
-        with _patched(appending, "_commit", _commit_without_fsync):
+        with _patched(appending, "_write", _write_without_fsync):
             return super().append(key, message)
 
     def append_many(self, key: str, messages: Iterable[Any]) -> list[str]:
-        with _patched(appending, "_commit", _commit_without_fsync):
+        with _patched(appending, "_write", _write_without_fsync):
             return super().append_many(key, messages)
 
 

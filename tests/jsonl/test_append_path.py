@@ -169,8 +169,8 @@ def test_a_warm_append_makes_only_the_expected_system_calls(tmp_path: pathlib.Pa
     assert store.get_message_count(KEY) == 5 == len(contents(tmp_path))
 
 
-#: The most Python function calls one warm append makes (the seam's seven or ten wrappers included).
-WARM_PYTHON_CALLS = {"flush": 30, "fsync": 36}
+#: The Python function calls one warm append makes (the seam's seven or nine wrappers included).
+WARM_PYTHON_CALLS = {"flush": 18, "fsync": 25}
 
 
 @pytest.mark.parametrize("durability", ["flush", "fsync"])

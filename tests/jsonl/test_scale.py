@@ -236,7 +236,7 @@ def _listing_python_calls(root: pathlib.Path, n: int, messages: int) -> int:
     assert got == want and len(want) == n
     # a listing builds the session files it needs without filling the store's cache of
     # them (a listing of more sessions than it holds would evict every warm session)
-    assert other._root._files == {}
+    assert other._root.known == {}
     return calls
 
 

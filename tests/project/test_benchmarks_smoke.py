@@ -14,9 +14,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 EXPECTED_ROWS = {
-    "append_flush": {"floor", "bare", "jsonl_sessions", "sqlite_wal_normal", "sqlite_intpk_normal",
+    "append_flush": {"floor", "bare", "jsonl_sessions", "sqlite_wal_normal", "sqlite_intpk",
                      "sqlite_bare_normal"},
-    "append_fsync": {"floor", "bare", "jsonl_sessions", "sqlite_wal_full"},
+    "append_fsync": {"floor", "bare", "jsonl_sessions", "sqlite_wal_full", "sqlite_intpk"},
     "append_many_flush": {"floor", "jsonl_sessions", "sqlite_wal_normal"},
     "append_many_fsync": {"floor", "jsonl_sessions", "sqlite_wal_full"},
     "load": {"floor", "floor_dropped", "load", "jsonl_sessions", "sqlite_wal"},
@@ -138,7 +138,8 @@ def test_append_path_benchmark_reports_every_row(tmp_path: pathlib.Path, capsys:
     out = capsys.readouterr().out
     for label in ("bare Python: the same system calls", "bare Python, every call through", "without the fstat",
                   "without the count cache", "control file mapped", "pwrite(2) of the 40-byte count cache",
-                  'calls per warm append, durability="flush"', 'calls per warm append, durability="fsync"'):
+                  'calls per warm append, durability="flush"', 'calls per warm append, durability="fsync"',
+                  'bytecodes per warm append, durability="flush"', 'bytecodes per warm append, durability="fsync"'):
         assert label in out
     assert list(tmp_path.iterdir()) == []
 
