@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from .. import display
 from ..corruption import BOM
 from ..errors import InvalidMessageError, SessionExistsError, SessionNotFoundError
 from ..foreign.files import write_jsonl
@@ -62,11 +63,11 @@ def export_readable(args: argparse.Namespace) -> int:
     if args.format == "html":
         from ..viewer.html_export import iter_html
 
-        _write(iter_html(meta, messages))
+        _write(iter_html(meta, messages, hold=display.HOLD))
     else:
         from ..viewer.markdown_export import iter_markdown
 
-        _write(iter_markdown(meta, messages))
+        _write(iter_markdown(meta, messages, hold=display.HOLD))
     return EXIT_OK
 
 

@@ -120,16 +120,17 @@ def _line_at(fd: int, size: int, index: int) -> int:
 
 
 def check_file(fd: int, size: int, *, key: str | None = None, path: str | None = None,
-               block: int = CHUNK_BYTES) -> int:
+               block: int | None = None) -> int:
     """Raise what :func:`parse_file` with ``strict`` raises, at the same line, keeping no
-    message: each ``block`` of lines is decoded, checked and dropped before the next is
-    read; the number of messages when none is corrupt.
+    message: each ``block`` (default :data:`~jsonl_sessions.jsonl.lines.CHUNK_BYTES`) of
+    lines is decoded, checked and dropped before the next is read; the number of messages when none is corrupt.
 
     The id rules are checked on the way while the ids strictly increase (then no id can
     repeat: the usual case), by comparing each block's ids and the last id before it;
     where they do not, a second pass keeps every id (strings, not messages) to find the
     line that breaks a rule, or none. Memory: a block of messages (plus every id in that
     second pass). Cost: O(size), twice for a transcript whose ids do not increase."""
+    block = block or CHUNK_BYTES
     number, count, last, ordered = 1, 0, "", True
     for start, chunk in iter_blocks(fd, 0, size, block):
         messages: list[ChatMessage] = []
