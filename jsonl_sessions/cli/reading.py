@@ -18,6 +18,7 @@ from typing import Any, Literal
 import orjson
 
 from .. import matcher
+from ..display import clean
 from ..errors import InvalidArgumentError, MessageNotFoundError, SessionNotFoundError, SessionStoreError
 from ..jsonl.control import read_head
 from ..jsonl.layout import FileState, SessionFiles
@@ -31,7 +32,6 @@ from .output import (
     EXIT_OK,
     Printer,
     UsageError,
-    clean,
     err,
     json_out,
     metadata_json,

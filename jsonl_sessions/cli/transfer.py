@@ -17,11 +17,11 @@ from typing import Any
 import orjson
 
 from .. import display
+from ..base import BaseStore
 from ..corruption import BOM
 from ..errors import InvalidMessageError, SessionExistsError, SessionNotFoundError
 from ..foreign.files import write_jsonl
 from ..foreign.transfer import Imported, export_claude_code, import_claude_code, import_codex, iter_codex_rollouts
-from ..jsonl.store import SessionStore
 from ..keys import key_to_stem
 from ..protocol import SessionBackend
 from ..types import ChatMessage
@@ -79,12 +79,12 @@ def _exported(store: SessionBackend, key: str, lenient: bool) -> Iterator[ChatMe
     is written, by the rules of ``try_load`` (every line a message, ids in order), so a
     corrupt one raises :class:`CorruptTranscriptError` naming the file, line and byte
     offset and the command prints nothing on stdout. The JSONL backend checks it a block
-    at a time (:meth:`jsonl_sessions.SessionStore._check_strict`); another backend by its
-    ``try_load``, which holds the session once. Lenient: corrupt lines are skipped, each
+    at a time, the databases a batch of rows at a time (``_check_strict``); a store of
+    another package by its ``try_load``, which holds the session once. Lenient: corrupt lines are skipped, each
     page that has some logging one warning. The check and the pages are separate reads: a
     session rewritten between them is exported as the pages read it."""
     if not lenient:
-        if isinstance(store, SessionStore):
+        if isinstance(store, BaseStore):
             store._check_strict(key)
         else:
             store.try_load(key)

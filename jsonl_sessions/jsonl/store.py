@@ -235,8 +235,7 @@ class SessionStore(BaseStore):
 
     def _check_strict(self, key: str) -> int:
         """What :meth:`try_load` raises (:class:`CorruptTranscriptError` naming the file,
-        line and byte offset), found with a block of messages in memory, not the session
-        (for a command that then streams the session page by page); the number of messages.
+        line and byte offset), found with a block of messages in memory, not the session.
         Cost: O(n) reading, O(block) memory."""
         return self._session(key).check()
 

@@ -31,13 +31,12 @@ from urllib.parse import quote
 
 import orjson
 
-from .. import matcher
+from .. import display, matcher
+from ..display import visible
 from ..errors import InvalidSessionKeyError, MessageNotFoundError, SessionNotFoundError, SessionStoreError
 from ..protocol import SessionBackend
 from ..types import SearchHit, SessionMetadata
-from .. import display
 from . import source
-from ..display import visible
 from .pages import render, url
 
 #: The static files served, and their types.

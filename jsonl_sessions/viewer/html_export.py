@@ -20,10 +20,10 @@ from urllib.parse import quote
 
 from markupsafe import Markup
 
-from ..types import ChatMessage, SessionMetadata
 from .. import display
-from .app import session_texts
 from ..display import visible
+from ..types import ChatMessage, SessionMetadata
+from .app import session_texts
 from .pages import generate
 
 

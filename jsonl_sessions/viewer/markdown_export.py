@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 
-from ..types import ChatMessage, SessionMetadata
 from .. import display
 from ..display import visible
+from ..types import ChatMessage, SessionMetadata
 
 _BACKTICKS = re.compile(r"`+")
 

@@ -10,8 +10,8 @@ import io
 import logging
 import os
 import pathlib
-import sys
 import re
+import sys
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
