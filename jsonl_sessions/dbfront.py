@@ -372,12 +372,12 @@ class DatabaseFront(BaseStore):
         raise NotImplementedError
 
     #: :meth:`_check_strict`: how many rows are decoded at a time.
-    CHECK_ROWS = 1000
+    _CHECK_ROWS = 1000
 
     def _check_strict(self, key: str) -> int:
         """What :meth:`try_load` raises (:class:`CorruptTranscriptError` naming the row and
-        its byte offset in the export), found in one read transaction :data:`CHECK_ROWS`
-        rows at a time. Cost: O(n) reading, O(CHECK_ROWS) memory."""
+        its byte offset in the export), found in one read transaction :data:`_CHECK_ROWS`
+        rows at a time. Cost: O(n) reading, O(_CHECK_ROWS) memory."""
         validate_key(key)
 
         def check(c: Any) -> int:
@@ -386,11 +386,11 @@ class DatabaseFront(BaseStore):
                 return 0
             start = 0
             while True:
-                data = self._rows(c, s.id, start, start + self.CHECK_ROWS)
+                data = self._rows(c, s.id, start, start + self._CHECK_ROWS)
                 if not data and start >= s.count:
                     return int(s.count)
                 self._strict(c, s, data)
-                start += self.CHECK_ROWS
+                start += self._CHECK_ROWS
 
         return self._read(check)
 

@@ -68,7 +68,7 @@ def test_the_bounded_strict_check_raises_what_try_load_raises(store: Any, backen
     from jsonl_sessions.dbfront import DatabaseFront
     from jsonl_sessions.jsonl import transcript
 
-    monkeypatch.setattr(DatabaseFront, "CHECK_ROWS", 3)
+    monkeypatch.setattr(DatabaseFront, "_CHECK_ROWS", 3)
     monkeypatch.setattr(transcript, "CHUNK_BYTES", 256)
     store.append_many("k", [{"role": "user", "content": f"message {i}"} for i in range(10)])
     assert store._check_strict("k") == 10 and store._check_strict("missing") == 0
