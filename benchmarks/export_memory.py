@@ -43,20 +43,34 @@ def build(root: str, n: int) -> int:
     return meta.size_bytes
 
 
+#: The export in a child process that then reports its own peak RSS: ``VmHWM`` of
+#: /proc/self/status belongs to the program's own address space, while ``ru_maxrss`` keeps
+#: the parent's at the fork (this process, which built the session, is the larger).
+_CHILD = """
+import sys
+from jsonl_sessions.cli import main
+code = main(sys.argv[1:])
+sys.stdout.flush()
+with open("/proc/self/status") as status:
+    peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+sys.stderr.write(f"VmHWM {peak}\\n")
+sys.exit(code)
+"""
+
+
 def run_export(root: str, fmt: str) -> tuple[int, float, int]:
     """(peak RSS in bytes, wall seconds, output bytes) of one ``export`` process."""
     with tempfile.TemporaryFile() as sink:
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "jsonl_sessions", "--root", root, "export", KEY,
-                                 "--format", fmt], stdout=sink, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
+        done = subprocess.run([sys.executable, "-c", _CHILD, "--root", root, "export", KEY, "--format", fmt],
+                              stdout=sink, stderr=subprocess.PIPE, check=False)
         elapsed = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        stderr = proc.stderr.read().decode("utf-8", "replace") if proc.stderr else ""
-        if proc.returncode:
-            raise RuntimeError(f"export --format {fmt} failed ({proc.returncode}): {stderr.strip()}")
+        stderr = done.stderr.decode("utf-8", "replace")
+        if done.returncode:
+            raise RuntimeError(f"export --format {fmt} failed ({done.returncode}): {stderr.strip()}")
         size = sink.seek(0, os.SEEK_END)
-    return usage.ru_maxrss * 1024, elapsed, size  # Linux: ru_maxrss in KiB
+    peak = int(stderr.rsplit("VmHWM ", 1)[1].split()[0])  # kB
+    return peak * 1024, elapsed, size
 
 
 def _mib(n: float) -> str:
@@ -81,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append((fmt, max(r[0] for r in runs), statistics.median(r[1] for r in runs), runs[0][2]))
         env["loadavg_end"] = load_average()
         mode = f"{args.messages:,} messages ({_mib(size)} transcript), {args.runs} run(s) a format"
-        timing = "one process per export, output to a temp file; peak RSS from wait4 (ru_maxrss), wall time"
+        timing = "one process per export, output to a temp file; peak RSS: its VmHWM at exit; wall time"
         for name, text in [*header_lines(env, mode, timing), ("session", mode)]:
             print(f"{name}: {text}")
         command = os.environ.get("PYTHONPATH")
