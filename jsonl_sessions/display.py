@@ -26,6 +26,7 @@ much is left out; the message's raw JSON holds all of it). Cost: O(size of the m
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,13 +42,21 @@ from .types import ChatMessage, datetime_of_ms
 #: C0 controls but newline and tab, DEL, and C1 controls (0x80-0x9f: 0x9b is a CSI).
 _CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c not in (0x09, 0x0A)}
 _CONTROLS_ONE_LINE = {**_CONTROLS, 0x0A: "\\n", 0x09: "\\t"}
+# A search finds none in most texts, and costs a fraction of a translate that changes nothing.
+_ANY_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_ANY_CONTROL_ONE_LINE = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def clean(text: str, *, one_line: bool = False) -> str:
     """``text`` with control characters shown as ``\\xNN`` (with ``one_line``, newlines and
     tabs as ``\\n`` / ``\\t`` too), so no text can repaint or hijack a terminal. Lone
     surrogates become ``\\udxxx``."""
-    out = text.translate(_CONTROLS_ONE_LINE if one_line else _CONTROLS)
+    if (_ANY_CONTROL_ONE_LINE if one_line else _ANY_CONTROL).search(text) is None:
+        out = text
+    else:
+        out = text.translate(_CONTROLS_ONE_LINE if one_line else _CONTROLS)
+    if out.isascii():
+        return out
     try:
         out.encode("utf-8")
     except UnicodeEncodeError:
@@ -63,13 +72,15 @@ ROLES = frozenset({"user", "assistant", "system", "tool", "developer"})
 #: Unicode's bidirectional embedding, override and isolate controls: shown as ``\\u202e``
 #: and so on, so a message cannot reorder the text around it on screen ("Trojan Source").
 _BIDI = {c: f"\\u{c:04x}" for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+_ANY_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
 
 
 def visible(text: str, *, one_line: bool = False) -> str:
     """``text`` as every output shows it: control characters as ``\\xNN`` (by
     :func:`clean`; with ``one_line`` newlines and tabs too) and bidirectional controls as
     ``\\uNNNN``."""
-    return clean(text, one_line=one_line).translate(_BIDI)
+    shown = clean(text, one_line=one_line)
+    return shown if shown.isascii() or _ANY_BIDI.search(shown) is None else shown.translate(_BIDI)
 
 
 def pretty_json(value: Any, *, compact: bool = False) -> str:

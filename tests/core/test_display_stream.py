@@ -116,3 +116,14 @@ def test_a_result_later_than_the_hold_is_shown_on_its_own_naming_its_call() -> N
     assert streamed[0].tool_calls[0].result is None
     assert streamed[-1].result_for == "a" and streamed[-1].parts[0].text == "late"
     assert display.views(messages, cut=False)[0].tool_calls[0].result is not None  # unbounded: paired
+
+
+@given(st.text(st.characters(codec=None, max_codepoint=0x20FF) | st.sampled_from("\u202a\u202e\u2066\u2069\ud800"),
+               max_size=12), st.booleans())
+def test_clean_and_visible_equal_their_plain_translation(text: str, one_line: bool) -> None:
+    """The shortcuts (no control character found, ASCII) change nothing: the same text as
+    translating every control character and escaping lone surrogates."""
+    controls = display._CONTROLS_ONE_LINE if one_line else display._CONTROLS
+    expected = text.translate(controls).encode("utf-8", "backslashreplace").decode("utf-8")
+    assert display.clean(text, one_line=one_line) == expected
+    assert display.visible(text, one_line=one_line) == expected.translate(display._BIDI)
