@@ -298,7 +298,8 @@ class _Waiting:
         self.open = 0
 
 
-def stream_views(messages: Iterable[ChatMessage], *, cut: bool = True, hold: int | None = HOLD) -> Iterator[MessageView]:
+def stream_views(messages: Iterable[ChatMessage], *, cut: bool = True,
+                 hold: int | None = HOLD) -> Iterator[MessageView]:
     """The messages as shown, oldest first, as they come: each tool result whose call is
     among the messages before it is attached to that call (the last call with its id
     before it) and left out of the stream. A view is given out once every tool call

@@ -80,9 +80,10 @@ def _exported(store: SessionBackend, key: str, lenient: bool) -> Iterator[ChatMe
     corrupt one raises :class:`CorruptTranscriptError` naming the file, line and byte
     offset and the command prints nothing on stdout. The JSONL backend checks it a block
     at a time, the databases a batch of rows at a time (``_check_strict``); a store of
-    another package by its ``try_load``, which holds the session once. Lenient: corrupt lines are skipped, each
-    page that has some logging one warning. The check and the pages are separate reads: a
-    session rewritten between them is exported as the pages read it."""
+    another package by its ``try_load``, which holds the session once. Lenient: corrupt
+    lines are skipped, each page that has some logging one warning. The check and the
+    pages are separate reads: a session rewritten between them is exported as the pages
+    read it."""
     if not lenient:
         if isinstance(store, BaseStore):
             store._check_strict(key)

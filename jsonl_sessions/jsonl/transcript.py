@@ -123,7 +123,8 @@ def check_file(fd: int, size: int, *, key: str | None = None, path: str | None =
                block: int | None = None) -> int:
     """Raise what :func:`parse_file` with ``strict`` raises, at the same line, keeping no
     message: each ``block`` (default :data:`~jsonl_sessions.jsonl.lines.CHUNK_BYTES`) of
-    lines is decoded, checked and dropped before the next is read; the number of messages when none is corrupt.
+    lines is decoded, checked and dropped before the next is read. Returns the number of
+    messages when none is corrupt.
 
     The id rules are checked on the way while the ids strictly increase (then no id can
     repeat: the usual case), by comparing each block's ids and the last id before it;
@@ -142,9 +143,10 @@ def check_file(fd: int, size: int, *, key: str | None = None, path: str | None =
             last = ids[-1]
     if not ordered:
         ids = []
+        number = 1
         for start, chunk in iter_blocks(fd, 0, size, block):
             messages = []
-            _parse_block(chunk, start, 1, messages, [], strict=True, key=key, path=path)
+            number = _parse_block(chunk, start, number, messages, [], strict=True, key=key, path=path)
             ids.extend(m.id for m in messages)
         _check_order(ids, lambda index: _line_at(fd, size, index), key, path)
     return count
