@@ -15,12 +15,33 @@ from hypothesis import strategies as st
 from jsonl_sessions import CorruptTranscriptError
 from jsonl_sessions.jsonl.transcript import check_file, parse_file
 
-#: ids in order, a repeat, legacy ids that are not ULIDs, a line without one
-IDS = st.sampled_from(["01J00000000000000000000001", "01J00000000000000000000002", "01J00000000000000000000003",
-                       "legacy-b", "legacy-a", ""])
-GOOD = IDS.map(lambda i: orjson.dumps({"id": i, "role": "user", "content": "x" * 20} if i else
-                                      {"role": "user", "content": "no id"}) + b"\n")
-LINE = st.one_of(GOOD, GOOD, GOOD, st.just(b"not json\n"), st.just(b'{"role": 5}\n'))
+def _line(ident: str) -> bytes:
+    return orjson.dumps({"id": ident, "role": "user", "content": "x" * 20} if ident else
+                        {"role": "user", "content": "no id"}) + b"\n"
+
+
+@st.composite
+def transcripts(draw: st.DrawFn) -> list[bytes]:
+    """Lines with increasing ULIDs, most of them with one damage: two lines swapped, an id
+    repeated, a corrupt line, legacy ids (not ULIDs, in any order), a line without an id."""
+    numbers = draw(st.lists(st.integers(1, 10**6), unique=True, max_size=25).map(sorted))
+    ids = [f"01J{n:023d}" for n in numbers]
+    damage = draw(st.sampled_from(["none", "swap", "repeat", "corrupt", "legacy", "no id"]))
+    if ids and damage != "none":
+        at = draw(st.integers(0, len(ids) - 1))
+        other = draw(st.integers(0, len(ids) - 1))
+        if damage == "swap":
+            ids[at], ids[other] = ids[other], ids[at]
+        elif damage == "repeat":
+            ids.insert(at, ids[other])
+        elif damage == "legacy":
+            ids[at:at] = ["legacy-b", "legacy-a"]
+        elif damage == "no id":
+            ids[at] = ""
+    lines = [_line(i) for i in ids]
+    if damage == "corrupt":
+        lines.insert(draw(st.integers(0, len(lines))), draw(st.sampled_from([b"not json\n", b'{"role": 5}\n'])))
+    return lines
 
 
 def _outcome(call: object) -> tuple[str, object]:
@@ -31,7 +52,7 @@ def _outcome(call: object) -> tuple[str, object]:
     return "ok", got
 
 
-@given(st.lists(LINE, max_size=30), st.sampled_from([1, 40, 100, 1 << 20]), st.booleans())
+@given(transcripts(), st.sampled_from([1, 40, 100, 1 << 20]), st.booleans())
 def test_check_file_raises_what_the_strict_parse_raises(lines: list[bytes], block: int, bom: bool) -> None:
     data = (b"\xef\xbb\xbf" if bom else b"") + b"".join(lines) + b'{"torn'
     fd, path = tempfile.mkstemp(suffix=".jsonl")
