@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from jsonl_sessions import CorruptTranscriptError
 from jsonl_sessions.jsonl.transcript import check_file, parse_file
 
+
 def _line(ident: str) -> bytes:
     return orjson.dumps({"id": ident, "role": "user", "content": "x" * 20} if ident else
                         {"role": "user", "content": "no id"}) + b"\n"
