@@ -258,6 +258,13 @@ class BaseStore(SessionBackend):
     def try_load(self, key: str) -> list[ChatMessage]:
         return self._load(validate_key(key), strict=True)
 
+    def _check_strict(self, key: str) -> int:
+        """Raise what :meth:`try_load` raises, for a caller that then reads the session page
+        by page (``export``); the number of messages (0 for a missing session). A backend
+        that can overrides it to hold part of the session at a time (the JSONL file a block
+        at a time, the databases a batch of rows at a time); this default loads it whole."""
+        return len(self.try_load(key))
+
     def load_with_timestamps(self, key: str) -> list[TimestampedMessage]:
         return [TimestampedMessage(m, datetime_of_ms(m.created_at)) for m in self.load(key)]
 

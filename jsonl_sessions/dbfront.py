@@ -371,6 +371,29 @@ class DatabaseFront(BaseStore):
     def _offset_of(self, c: Any, sid: int, seq: int) -> int:
         raise NotImplementedError
 
+    #: :meth:`_check_strict`: how many rows are decoded at a time.
+    _CHECK_ROWS = 1000
+
+    def _check_strict(self, key: str) -> int:
+        """What :meth:`try_load` raises (:class:`CorruptTranscriptError` naming the row and
+        its byte offset in the export), found in one read transaction :data:`_CHECK_ROWS`
+        rows at a time. Cost: O(n) reading, O(_CHECK_ROWS) memory."""
+        validate_key(key)
+
+        def check(c: Any) -> int:
+            s = self._session(c, key)
+            if s is None:
+                return 0
+            start = 0
+            while True:
+                data = self._rows(c, s.id, start, start + self._CHECK_ROWS)
+                if not data and start >= s.count:
+                    return int(s.count)
+                self._strict(c, s, data)
+                start += self._CHECK_ROWS
+
+        return self._read(check)
+
     def _check_clean(self, c: Any, s: Any, start: int = 0) -> int:
         """Refuse (:class:`CorruptTranscriptError`) to drop rows of session row ``s`` from
         ``start`` on when one of them does not parse: it would be destroyed. The number of

@@ -330,7 +330,10 @@ def _gc(p: argparse.ArgumentParser) -> None:
 
 def _export(p: argparse.ArgumentParser) -> None:
     _key(p)
-    p.add_argument("--lenient", action="store_true", help="skip corrupt lines (with a warning) instead of failing")
+    p.add_argument("--lenient", action="store_true",
+                   help="skip corrupt lines (with a warning) instead of failing; without it, the whole transcript "
+                        "is checked first and a damaged one refused (file, line, byte offset) before anything is "
+                        "written")
     p.add_argument("--json", action="store_true",
                    help="the default output, named for uniformity: one JSON message a line (NDJSON); not with --to")
     p.add_argument("--format", choices=("jsonl", "markdown", "html"), default="jsonl",
@@ -457,7 +460,10 @@ TABLE: dict[str, Command] = {
     "show": Command(
         "print a session's messages",
         "A session's messages, oldest first: role, local time and id on a header line, then the text "
-        "(wrapped). All of them, or with --limit N the N newest (before --before ID / after --after ID).",
+        "(wrapped), read as the viewer reads them: each tool call (an OpenAI tool_calls entry or an "
+        "Anthropic tool_use block) as '-> name(arguments)  [id]', each result as 'result of ID' (a tool "
+        "message's header, or a '<- result of ID' line for a tool_result block) with its output. All of "
+        "them, or with --limit N the N newest (before --before ID / after --after ID).",
         _show, cmd_show),
     "tail": Command(
         "print the newest messages; -f follows new ones",
@@ -504,7 +510,10 @@ TABLE: dict[str, Command] = {
         "--format markdown: a document for people (each message under a heading, its content in a fence "
         "longer than any backtick run in it, tool calls with their results); --format html: one "
         "self-contained page (no script, nothing fetched), rendered as `serve` shows it. "
-        "Refuses a transcript with corrupt lines unless --lenient. With --to claude-code: the session "
+        "Every format is written a page at a time as the session is read, so a session of any length "
+        "needs the memory of a page. Refuses a transcript with corrupt lines unless --lenient: it is "
+        "checked whole before anything is written, and the error names the file, line and byte offset "
+        "(exit status 1, nothing on stdout). With --to claude-code: the session "
         "as a Claude Code transcript that Claude Code and the Claude Agent SDK resume (entries stored "
         "by the Claude adapter or an import as they are; other user/assistant text messages as new "
         "entries; lines with no Claude Code form left out and counted on stderr).",

@@ -16,11 +16,12 @@ import sys
 import time
 from typing import Any
 
+from ..display import clean
 from ..errors import SessionExistsError
 from ..sqlite import SqliteSessionStore, migrate
 from ..sqlite.migrate import Existing
 from ..sqlite.migrate import Store as AnyStore
-from .output import EXIT_FAILURE, EXIT_OK, UsageError, clean, err, json_out, out
+from .output import EXIT_FAILURE, EXIT_OK, UsageError, err, json_out, out
 from .stores import Store, is_sqlite_path, open_path
 
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")

@@ -4,13 +4,15 @@ line on stderr, and every rendering (messages, session tables, sizes, times, JSO
 Commands raise :class:`UsageError` (exit status 2), :class:`CliError` or the store's
 errors (1); :func:`jsonl_sessions.cli.main` turns each into one line on stderr.
 
-Everything printed for people goes through :func:`clean`, which makes control characters
-visible (``\\x1b`` and friends), so a message holding terminal escape sequences cannot
-repaint or hijack the terminal that shows it. Message text (``show``, ``tail``, search
-snippets) first loses its whole escape sequences (:func:`jsonl_sessions.ansi.plain`: the
-colours of tool output), so it reads as the tool printed it; a lone escape still shows.
-``show`` and ``tail`` also break lines at carriage returns (``\\r\\n`` or alone). Machine outputs (``--json``, ``--nl``,
-``--jsonl``, ``export``) are JSON, written by orjson.
+Everything printed for people goes through :func:`~jsonl_sessions.display.clean`, which
+makes control characters visible (``\\x1b`` and friends), so a message holding terminal
+escape sequences cannot repaint or hijack the terminal that shows it. Message text
+(``show``, ``tail``, search snippets) first loses its whole escape sequences
+(:func:`jsonl_sessions.ansi.plain`: the colours of tool output), so it reads as the tool
+printed it; a lone escape still shows. ``show`` and ``tail`` read a message as the viewer
+does (:mod:`jsonl_sessions.display`: tool calls and results in the OpenAI format or as
+Anthropic content blocks) and break lines at carriage returns (``\\r\\n`` or alone).
+Machine outputs (``--json``, ``--nl``, ``--jsonl``, ``export``) are JSON, written by orjson.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import Any
 
 import orjson
 
-from .. import ansi
+from .. import display
+from ..display import clean
 from ..types import ChatMessage, SessionMetadata
 
 PROG = "jsonl-sessions"
@@ -40,21 +43,7 @@ class CliError(Exception):
     """A failure to report as one line (exit status 1)."""
 
 
-#: C0 controls but newline and tab, DEL, and C1 controls (0x80-0x9f: 0x9b is a CSI).
-_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c not in (0x09, 0x0A)}
-_CONTROLS_ONE_LINE = {**_CONTROLS, 0x0A: "\\n", 0x09: "\\t"}
 INDENT = "    "
-
-
-def clean(text: str, *, one_line: bool = False) -> str:
-    """``text`` with control characters shown as ``\\xNN`` (with ``one_line``, newlines and
-    tabs as ``\\n`` / ``\\t`` too). Lone surrogates become ``\\udxxx``."""
-    out = text.translate(_CONTROLS_ONE_LINE if one_line else _CONTROLS)
-    try:
-        out.encode("utf-8")
-    except UnicodeEncodeError:
-        out = out.encode("utf-8", "backslashreplace").decode("utf-8")
-    return out
 
 
 def short(text: str, width: int) -> str:
@@ -114,55 +103,20 @@ def message_header(m: ChatMessage) -> str:
     return "  ".join(parts)
 
 
-def _content_texts(content: Any) -> list[str]:
-    """The readable pieces of a message's content: strings as they are, text parts by
-    their text, anything else as compact JSON."""
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [content]
-    if isinstance(content, dict):
-        if isinstance(content.get("text"), str):
-            return [content["text"]]
-        return [_json(content)]
-    if isinstance(content, list):
-        out: list[str] = []
-        for part in content:
-            if isinstance(part, str):
-                out.append(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                out.append(part["text"])
-            elif isinstance(part, dict) and isinstance(part.get("type"), str):
-                out.append(f"[{part['type']}] {_json({k: v for k, v in part.items() if k != 'type'})}")
-            else:
-                out.append(_json(part))
-        return out
-    return [_json(content)]
-
-
-def _json(value: Any) -> str:
-    try:
-        return orjson.dumps(value).decode("utf-8")
-    except TypeError:
-        return repr(value)
-
-
-def _tool_calls(m: ChatMessage) -> list[str]:
-    calls = m.extra.get("tool_calls")
-    if not isinstance(calls, list):
-        return []
-    out = []
-    for call in calls:
-        if not isinstance(call, dict):
-            out.append(f"-> {_json(call)}")
-            continue
-        function = call.get("function")
-        fn: dict[str, Any] = function if isinstance(function, dict) else call
-        name = fn.get("name") if isinstance(fn.get("name"), str) else "?"
-        args = fn.get("arguments", fn.get("input", ""))
-        args_text = args if isinstance(args, str) else _json(args)
-        ident = f"  [{call['id']}]" if isinstance(call.get("id"), str) else ""
-        out.append(f"-> {name}({args_text}){ident}")
+def _texts(m: ChatMessage) -> list[str]:
+    """The readable pieces of a message, by the model every output shares
+    (:func:`jsonl_sessions.display.view`): text parts as they are, structured parts as
+    ``[type] {compact JSON}``, each tool call (an OpenAI ``tool_calls`` entry or an
+    Anthropic ``tool_use`` block) as ``-> name(arguments)  [id]``, and each Anthropic
+    ``tool_result`` block as ``<- result of ID`` followed by its output. Control
+    characters are already made visible, escape sequences taken out."""
+    shown = display.view(m, cut=False, compact=True)
+    out = [f"[{p.label}] {p.text}" if p.kind == "json" else p.text for p in shown.parts]
+    for call in shown.tool_calls:
+        out.append(f"-> {call.name}({call.arguments})" + (f"  [{call.id}]" if call.id else ""))
+    for result in shown.results:
+        out.append(f"<- result of {result.result_for}")
+        out.extend(f"[{p.label}] {p.text}" if p.kind == "json" else p.text for p in result.parts)
     return out
 
 
@@ -171,8 +125,8 @@ def render_message(m: ChatMessage, width: int) -> str:
     then the text indented and wrapped to ``width`` columns (0: no wrapping)."""
     lines = [message_header(m)]
     body: list[str] = []
-    for text in [*_content_texts(m.content), *_tool_calls(m)]:
-        for raw in clean(ansi.line_breaks(ansi.plain(text))).split("\n"):
+    for text in _texts(m):
+        for raw in text.split("\n"):
             if width and len(raw) + len(INDENT) > width:
                 body.extend(textwrap.wrap(raw, width, initial_indent=INDENT, subsequent_indent=INDENT,
                                           break_on_hyphens=False, drop_whitespace=True) or [INDENT])

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import orjson
 
 from .. import matcher
+from ..display import clean
 from ..errors import InvalidArgumentError, MessageNotFoundError, SessionNotFoundError, SessionStoreError
 from ..jsonl.control import read_head
 from ..jsonl.layout import FileState, SessionFiles
@@ -31,7 +32,6 @@ from .output import (
     EXIT_OK,
     Printer,
     UsageError,
-    clean,
     err,
     json_out,
     metadata_json,
@@ -122,20 +122,22 @@ def cmd_show(args: argparse.Namespace) -> int:
         for batch in reversed(pages):
             printer(batch)
     else:
-        printer(_messages(store, args.key, args.after or "", missing_ok=False))
+        printer(messages_forward(store, args.key, args.after or "", missing_ok=False))
     if not printer.count:
         err(f"no messages in session {args.key!r}" + (" in that range" if args.before or args.after else ""))
     return EXIT_OK
 
 
-def _messages(store: SessionBackend, key: str, after: str = "", *, missing_ok: bool = True) -> Iterator[ChatMessage]:
+def messages_forward(store: SessionBackend, key: str, after: str = "", *, missing_ok: bool = True,
+                     whole_turns: bool = False) -> Iterator[ChatMessage]:
     """The session's messages after page cursor ``after`` ("": all), oldest first, a page
-    at a time (memory bounded by a page); nothing when the session is gone (``missing_ok``,
-    else its error)."""
+    of :data:`PAGE` at a time (memory bounded by a page: ``whole_turns`` widens a page over
+    the results of its last tool call); nothing when the session is gone (``missing_ok``,
+    else its error). Lenient, as ``page``: a corrupt line is skipped with a logged warning."""
     cursor: str | None = after
     try:
         while cursor is not None:
-            page = store.page(key, limit=PAGE, after=cursor)
+            page = store.page(key, limit=PAGE, after=cursor, whole_turns=whole_turns)
             yield from page.messages
             cursor = page.after if page.has_more else None
     except (SessionNotFoundError, MessageNotFoundError):  # removed (or rewritten) since the search listed it

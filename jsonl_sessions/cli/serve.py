@@ -20,7 +20,8 @@ from ..protocol import SessionBackend
 
 if TYPE_CHECKING:
     from ..viewer.app import Viewer
-from .output import EXIT_FAILURE, EXIT_OK, UsageError, clean, err, json_out, out
+from ..display import clean
+from .output import EXIT_FAILURE, EXIT_OK, UsageError, err, json_out, out
 from .stores import is_sqlite_path, open_path
 
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")

@@ -11,17 +11,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
 
+from .. import display
+from ..base import BaseStore
 from ..corruption import BOM
 from ..errors import InvalidMessageError, SessionExistsError, SessionNotFoundError
 from ..foreign.files import write_jsonl
 from ..foreign.transfer import Imported, export_claude_code, import_claude_code, import_codex, iter_codex_rollouts
 from ..keys import key_to_stem
+from ..protocol import SessionBackend
 from ..types import ChatMessage
 from .output import EXIT_FAILURE, EXIT_OK, CliError, Printer, UsageError, err, json_out, nl_out, out
+from .reading import messages_forward
 from .stores import open_store
 
 
@@ -36,37 +41,74 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise UsageError("--json is the native export (one JSON message a line); --to writes another format")
         return export_to(args)
     store = open_store(args)
-    messages = store.load(args.key) if args.lenient else store.try_load(args.key)
-    if not messages and not store.session_exists(args.key):
-        raise SessionNotFoundError(key=args.key)
-    Printer(True, 0)(messages)
+    Printer(True, 0)(_exported(store, args.key, args.lenient))
+    sys.stdout.flush()
     return EXIT_OK
 
 
 def export_readable(args: argparse.Namespace) -> int:
     """``export KEY --format markdown|html``: the session as a document for people (the
-    viewer's rendering, :mod:`jsonl_sessions.viewer`), UTF-8 on stdout."""
+    viewer's rendering, :mod:`jsonl_sessions.viewer`), UTF-8 on stdout, written as it is
+    rendered."""
     from .. import viewer
 
     if args.format == "html" and viewer.missing():
         err(f"error: --format html needs {', '.join(viewer.missing())}; {viewer.INSTALL_HINT}")
         return EXIT_FAILURE
     store = open_store(args)
-    messages = store.load(args.key) if args.lenient else store.try_load(args.key)
     meta = store.get_session_metadata(args.key)
     if meta is None:
         raise SessionNotFoundError(key=args.key)
+    messages = _exported(store, args.key, args.lenient)
     if args.format == "html":
-        from ..viewer.html_export import to_html
+        from ..viewer.html_export import iter_html
 
-        text = to_html(meta, messages)
+        _write(iter_html(meta, messages, hold=display.HOLD))
     else:
-        from ..viewer.markdown_export import to_markdown
+        from ..viewer.markdown_export import iter_markdown
 
-        text = to_markdown(meta, messages)
-    sys.stdout.buffer.write(text.encode("utf-8"))
-    sys.stdout.flush()
+        _write(iter_markdown(meta, messages, hold=display.HOLD))
     return EXIT_OK
+
+
+def _exported(store: SessionBackend, key: str, lenient: bool) -> Iterator[ChatMessage]:
+    """The session's messages for an export, oldest first, a page at a time (the store's
+    ``page`` with ``whole_turns``): memory bounded by a page, whatever the session's length.
+
+    Fail-closed unless ``lenient``: the whole transcript is checked first, before anything
+    is written, by the rules of ``try_load`` (every line a message, ids in order), so a
+    corrupt one raises :class:`CorruptTranscriptError` naming the file, line and byte
+    offset and the command prints nothing on stdout. The JSONL backend checks it a block
+    at a time, the databases a batch of rows at a time (``_check_strict``); a store of
+    another package by its ``try_load``, which holds the session once. Lenient: corrupt
+    lines are skipped, each page that has some logging one warning. The check and the
+    pages are separate reads: a session rewritten between them is exported as the pages
+    read it."""
+    if not lenient:
+        if isinstance(store, BaseStore):
+            store._check_strict(key)
+        else:
+            store.try_load(key)
+    return messages_forward(store, key, missing_ok=False, whole_turns=True)
+
+
+#: How many characters of output are gathered before one write to stdout.
+_WRITE_CHARS = 1 << 16
+
+
+def _write(pieces: Iterable[str]) -> None:
+    """``pieces`` to stdout as UTF-8, in writes of about :data:`_WRITE_CHARS` characters."""
+    buffer: list[str] = []
+    held = 0
+    for piece in pieces:
+        buffer.append(piece)
+        held += len(piece)
+        if held >= _WRITE_CHARS:
+            sys.stdout.buffer.write("".join(buffer).encode("utf-8"))
+            buffer.clear()
+            held = 0
+    sys.stdout.buffer.write("".join(buffer).encode("utf-8"))
+    sys.stdout.flush()
 
 
 def _import_messages(data: bytes, source: str) -> list[ChatMessage]:

@@ -16,12 +16,13 @@ from typing import Any
 
 from .. import _platform
 from ..compaction import ORIGINAL_ID, CompactionPlan, CompactionReport
+from ..display import clean
 from ..errors import SessionStoreError
 from ..jsonl.layout import TMP_SUFFIX, SessionFiles, classify
 from ..jsonl.store import SessionStore, compaction_report, prune_report
 from ..keys import key_to_stem
 from ..sqlite import SqliteSessionStore
-from .output import EXIT_FAILURE, EXIT_OK, PROG, clean, err, iso, json_out, out, short, when
+from .output import EXIT_FAILURE, EXIT_OK, PROG, err, iso, json_out, out, short, when
 from .output import size as fmt_size
 from .stores import existing_root, is_sqlite, open_concrete, open_path, open_sqlite, open_store
 

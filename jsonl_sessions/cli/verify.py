@@ -15,11 +15,12 @@ import argparse
 import os
 
 from ..base import DEFAULT_LOCK_TIMEOUT
+from ..display import clean
 from ..jsonl.store import fixer
 from ..jsonl.verify import verify_directory
 from ..location import ENV_ROOT, resolve_root
 from ..verification import VerifyReport
-from .output import EXIT_FAILURE, EXIT_OK, UsageError, clean, json_out, out
+from .output import EXIT_FAILURE, EXIT_OK, UsageError, json_out, out
 from .report import Progress, render, to_json
 from .stores import is_sqlite, open_sqlite
 

@@ -61,7 +61,7 @@ from .lines import (
     skip_forward,
     starts_file,
 )
-from .transcript import Parsed, parse, parse_file, warn_bad
+from .transcript import Parsed, check_file, parse, parse_file, warn_bad
 from .txn import Root, Tx, mutate
 
 log = logging.getLogger("jsonl_sessions")
@@ -123,6 +123,15 @@ class Session:
         parsed = control.with_transcript(
             self.root, files, lambda fd, size: parse_file(fd, size, strict=True, key=files.key, path=files.transcript))
         return [] if parsed is None else parsed.messages
+
+    def check(self) -> int:
+        """Raise what :meth:`try_load` raises, holding a block of messages at a time, never
+        the session (:func:`~jsonl_sessions.jsonl.transcript.check_file`); the number of
+        messages (0 for a missing session)."""
+        files = self.files
+        counted = control.with_transcript(
+            self.root, files, lambda fd, size: check_file(fd, size, key=files.key, path=files.transcript))
+        return 0 if counted is None else counted
 
     def breadcrumb(self) -> bool | None:
         """The breadcrumb flag, read consistently with the transcript (a replace renames both

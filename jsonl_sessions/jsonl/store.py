@@ -238,6 +238,12 @@ class SessionStore(BaseStore):
         session = self._session(key)
         return session.try_load() if strict else session.load()
 
+    def _check_strict(self, key: str) -> int:
+        """What :meth:`try_load` raises (:class:`CorruptTranscriptError` naming the file,
+        line and byte offset), found with a block of messages in memory, not the session.
+        Cost: O(n) reading, O(block) memory."""
+        return self._session(key).check()
+
     def _get_messages(self, key: str, limit: int | None, offset: int) -> list[ChatMessage]:
         return self._session(key).window(limit, offset)
 

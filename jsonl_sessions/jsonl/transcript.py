@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import operator
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ def parse(data: bytes, *, strict: bool, key: str | None = None, path: str | None
         _parse_block(data[:committed] if torn else data, 0, 1, messages, bad, strict=strict, key=key, path=path)
         parsed = Parsed(messages, bad, committed, torn)
     if strict:
-        _check_order(parsed.messages, lambda index: _line_start(data, index), key, path)
+        _check_order([m.id for m in parsed.messages], lambda index: _line_start(data, index), key, path)
     return parsed
 
 
@@ -82,12 +83,12 @@ def _line_start(data: bytes, index: int) -> int:
     return at
 
 
-def _check_order(messages: list[ChatMessage], start_of: Callable[[int], int], key: str | None,
-                 path: str | None) -> None:
+def _check_order(ids: list[str], start_of: Callable[[int], int], key: str | None, path: str | None) -> None:
     """Raise :class:`CorruptTranscriptError` (line and offset: ``start_of(index)``) at the
-    first line whose id breaks the id rules (:func:`jsonl_sessions.ids.first_disorder`).
-    Every line is a message here (a strict read raised at any other)."""
-    found = first_disorder([m.id for m in messages])
+    first line whose id (``ids``: one a line) breaks the id rules
+    (:func:`jsonl_sessions.ids.first_disorder`). Every line is a message here (a strict
+    read raised at any other)."""
+    found = first_disorder(ids)
     if found is not None:
         index, reason = found
         raise BadLine(index + 1, start_of(index), reason).error(key, path)
@@ -109,8 +110,46 @@ def parse_file(fd: int, size: int, *, strict: bool, key: str | None = None, path
             number = _parse_block(chunk, start, number, messages, bad, strict=strict, key=key, path=path)
             committed = start + len(chunk)
     if strict:
-        _check_order(messages, lambda index: next(islice(iter_lines_forward(fd, 0, size), index, None))[0], key, path)
+        _check_order([m.id for m in messages], lambda index: _line_at(fd, size, index), key, path)
     return Parsed(messages, bad, committed, size - committed)
+
+
+def _line_at(fd: int, size: int, index: int) -> int:
+    """The offset of line ``index`` (0-based) of the open transcript ``fd``. O(offset)."""
+    return next(islice(iter_lines_forward(fd, 0, size), index, None))[0]
+
+
+def check_file(fd: int, size: int, *, key: str | None = None, path: str | None = None,
+               block: int | None = None) -> int:
+    """Raise what :func:`parse_file` with ``strict`` raises, at the same line, keeping no
+    message: each ``block`` (default :data:`~jsonl_sessions.jsonl.lines.CHUNK_BYTES`) of
+    lines is decoded, checked and dropped before the next is read. Returns the number of
+    messages when none is corrupt.
+
+    The id rules are checked on the way while the ids strictly increase (then no id can
+    repeat: the usual case), by comparing each block's ids and the last id before it;
+    where they do not, a second pass keeps every id (strings, not messages) to find the
+    line that breaks a rule, or none. Memory: a block of messages (plus every id in that
+    second pass). Cost: O(size), twice for a transcript whose ids do not increase."""
+    block = block or CHUNK_BYTES
+    number, count, last, ordered = 1, 0, "", True
+    for start, chunk in iter_blocks(fd, 0, size, block):
+        messages: list[ChatMessage] = []
+        number = _parse_block(chunk, start, number, messages, [], strict=True, key=key, path=path)
+        count += len(messages)
+        if ordered and messages:
+            ids = [m.id for m in messages]
+            ordered = last < ids[0] and all(map(operator.lt, ids, islice(ids, 1, None)))
+            last = ids[-1]
+    if not ordered:
+        ids = []
+        number = 1
+        for start, chunk in iter_blocks(fd, 0, size, block):
+            messages = []
+            number = _parse_block(chunk, start, number, messages, [], strict=True, key=key, path=path)
+            ids.extend(m.id for m in messages)
+        _check_order(ids, lambda index: _line_at(fd, size, index), key, path)
+    return count
 
 
 def _parse_block(block: bytes, base: int, number: int, messages: list[ChatMessage], bad: list[BadLine], *,

@@ -1,8 +1,9 @@
 """``jsonl-sessions serve``: a local, read-only web viewer of a store, and the readable
 exports (``export --format markdown|html``) that share its rendering.
 
-- :mod:`.model`: what is shown of a message (text parts, tool calls paired with their
-  results, compaction marks), no dependency;
+- :mod:`jsonl_sessions.display` (outside this package, shared with the command line):
+  what is shown of a message (text parts, tool calls paired with their results,
+  compaction marks), no dependency;
 - :mod:`.markdown_export`: a session as Markdown, no dependency;
 - :mod:`.markup`, :mod:`.pages`: Markdown to safe HTML (markdown-it-py) and the Jinja2
   templates (autoescaped);

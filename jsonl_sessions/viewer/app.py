@@ -31,12 +31,12 @@ from urllib.parse import quote
 
 import orjson
 
-from .. import matcher
+from .. import display, matcher
+from ..display import visible
 from ..errors import InvalidSessionKeyError, MessageNotFoundError, SessionNotFoundError, SessionStoreError
 from ..protocol import SessionBackend
 from ..types import SearchHit, SessionMetadata
-from . import model, source
-from .model import visible
+from . import source
 from .pages import render, url
 
 #: The static files served, and their types.
@@ -161,7 +161,7 @@ class Viewer:
         link, raw = _links(key)
         title = visible(meta.name, one_line=True) if meta.name else visible(key, one_line=True)
         return self._page(
-            "session.html", title=title, key=key, meta=meta, messages=model.views(shown.messages),
+            "session.html", title=title, key=key, meta=meta, messages=display.views(shown.messages),
             problems=_shown(problems), link=link, raw=raw, live=shown.live, target=cursors["at"],
             older_url=url("/session", key=key, before=shown.older) if shown.older else None,
             newer_url=url("/session", key=key, after=shown.newer) if shown.newer else None,
@@ -179,7 +179,7 @@ class Viewer:
             with source.store_warnings() as problems:
                 shown = source.window(self.store, key, before=before)
             older = url("/messages.part", key=key, before=shown.older) if shown.older else None
-            html = render("_messages.html", messages=model.views(shown.messages), problems=_shown(problems),
+            html = render("_messages.html", messages=display.views(shown.messages), problems=_shown(problems),
                           link=link, raw=raw)
             return _json({"html": html, "older": older, "older_page": url("/session", key=key, before=shown.older)
                           if shown.older else None})
@@ -189,7 +189,7 @@ class Viewer:
         last = page.messages[-1].id if page.messages else after
         # a skipped line is reported with the messages after it (``count`` stays the messages:
         # a poll that found only a corrupt line adds nothing, and the next one reads it again)
-        html = render("_messages.html", messages=model.views(page.messages),
+        html = render("_messages.html", messages=display.views(page.messages),
                       problems=_shown(problems) if page.messages else [], link=link, raw=raw)
         return _json({"html": html, "newer": url("/messages.part", key=key, after=last), "more": page.has_more,
                       "count": len(page.messages)})
@@ -244,11 +244,11 @@ def _json(value: Any) -> Response:
     return Response(200, orjson.dumps(value), JSON)
 
 
-def _links(key: str) -> tuple[Callable[[model.MessageView], str], Callable[[model.MessageView], str]]:
-    def link(m: model.MessageView) -> str:
+def _links(key: str) -> tuple[Callable[[display.MessageView], str], Callable[[display.MessageView], str]]:
+    def link(m: display.MessageView) -> str:
         return url("/session", key=key, at=m.id) + "#m-" + quote(m.id, safe="")
 
-    def raw(m: model.MessageView) -> str:
+    def raw(m: display.MessageView) -> str:
         return url("/raw", key=key, id=m.id)
 
     return link, raw
@@ -258,7 +258,7 @@ def _when(value: datetime | None) -> tuple[str, str]:
     """A metadata time as display text and ISO text (UTC), "" when unknown."""
     if value is None:
         return "", ""
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"), model.iso_text(value)
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"), display.iso_text(value)
 
 
 def _state_class(state: str | None) -> str:
@@ -288,7 +288,7 @@ def _hit(hit: SearchHit) -> dict[str, Any]:
     """A search hit as shown: the snippet cut into (text, marked) pieces at its matches."""
     pieces = [(visible(text, one_line=True), marked) for text, marked in matcher.pieces(hit.snippet, hit.matches)]
     return {"key_text": visible(hit.key, one_line=True), "role": visible(hit.role, one_line=True),
-            "time": model.utc_text(hit.created_at), "iso": model.iso_text(hit.created_at), "pieces": pieces,
+            "time": display.utc_text(hit.created_at), "iso": display.iso_text(hit.created_at), "pieces": pieces,
             "url": url("/session", key=hit.key, at=hit.message_id) + "#m-" + quote(hit.message_id, safe="")}
 
 

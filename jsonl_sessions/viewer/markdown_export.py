@@ -7,17 +7,19 @@ Content always sits inside a fence, so nothing a message holds (a heading, a str
 HTML) can change the document around it: each fence is longer than the longest run of
 backticks in what it holds (at least three). Inline values (key, name, ids) are code spans
 built the same way. Control characters are shown as ``\\xNN``, as everywhere else; text
-is never cut. Cost: O(size of the messages).
+is never cut. :func:`iter_markdown` gives the document a piece at a time, holding a
+bounded number of messages (:func:`jsonl_sessions.display.stream_views`), for a session
+of any length. Cost: O(size of the messages).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
+from .. import display
+from ..display import visible
 from ..types import ChatMessage, SessionMetadata
-from . import model
-from .model import visible
 
 _BACKTICKS = re.compile(r"`+")
 
@@ -39,7 +41,7 @@ def code(text: str) -> str:
     return f"{bar}{pad}{text}{pad}{bar}"
 
 
-def _parts(m: model.MessageView) -> list[str]:
+def _parts(m: display.MessageView) -> list[str]:
     out = []
     for p in m.parts:
         if p.kind == "json":
@@ -49,7 +51,7 @@ def _parts(m: model.MessageView) -> list[str]:
     return out
 
 
-def _heading(m: model.MessageView, level: str) -> str:
+def _heading(m: display.MessageView, level: str) -> str:
     bits = [f"{level} {m.role}"]
     if m.name:
         bits.append(code(m.name))
@@ -63,7 +65,7 @@ def _heading(m: model.MessageView, level: str) -> str:
     return " ".join(bits) + "\n"
 
 
-def _message(m: model.MessageView, level: str = "###") -> list[str]:
+def _message(m: display.MessageView, level: str = "###") -> list[str]:
     out = [_heading(m, level)]
     if m.result_for is not None:
         out.append(f"Result of tool call {code(m.result_for)}\n")
@@ -92,22 +94,33 @@ def _metadata(meta: SessionMetadata) -> list[str]:
     if meta.agent_alias:
         out.append(f"- agent: {code(meta.agent_alias)}")
     if meta.created_at is not None:
-        out.append(f"- created: {model.iso_text(meta.created_at)}")
+        out.append(f"- created: {display.iso_text(meta.created_at)}")
     if meta.updated_at is not None:
-        out.append(f"- last activity: {model.iso_text(meta.updated_at)}")
+        out.append(f"- last activity: {display.iso_text(meta.updated_at)}")
     if meta.parent is not None:
         point = f" at message {code(meta.fork_point)}" if meta.fork_point else ""
         out.append(f"- forked from: {code(meta.parent)}{point}")
     return ["\n".join(out) + "\n"]
 
 
+def iter_markdown(meta: SessionMetadata, messages: Iterable[ChatMessage], *,
+                  hold: int | None = display.HOLD) -> Iterator[str]:
+    """The session as Markdown (uncut: every character of every text), a piece at a time
+    as ``messages`` are read: their concatenation is :func:`to_markdown`'s document when
+    no tool result comes more than ``hold`` messages after its call (such a late result
+    is shown on its own, naming its call; see
+    :func:`jsonl_sessions.display.stream_views`). Memory: the views of at most ``hold``
+    messages waiting for results, never the session."""
+    yield "\n".join(_metadata(meta))
+    for m in display.stream_views(messages, cut=False, hold=hold):
+        yield "\n---\n"
+        for block in _message(m):
+            yield "\n" + block
+
+
 def to_markdown(meta: SessionMetadata, messages: Iterable[ChatMessage]) -> str:
     """The session as one Markdown document (uncut: every character of every text)."""
-    blocks = _metadata(meta)
-    for m in model.views(messages, cut=False):
-        blocks.append("---\n")
-        blocks.extend(_message(m))
-    return "\n".join(blocks)
+    return "".join(iter_markdown(meta, messages, hold=None))
 
 
-__all__ = ["code", "fence", "to_markdown"]
+__all__ = ["code", "fence", "iter_markdown", "to_markdown"]

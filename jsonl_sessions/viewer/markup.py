@@ -12,7 +12,7 @@
   inline styles, so a style attribute would be dropped (and logged) by the browser.
 
 Cost: linear in the text (markdown-it has no backtracking rules); texts are cut at
-:data:`jsonl_sessions.viewer.model.MAX_TEXT` characters before they get here.
+:data:`jsonl_sessions.display.MAX_TEXT` characters before they get here.
 """
 
 from __future__ import annotations

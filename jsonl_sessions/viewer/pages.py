@@ -2,12 +2,15 @@
 autoescape on for every template, so every value put in a page is HTML-escaped unless it
 is markup this package made (:func:`jsonl_sessions.viewer.markup.markdown`).
 
-The environment is built once; :func:`render` renders a template to a string.
+The environment is built once; :func:`render` renders a template to a string,
+:func:`generate` to a stream of pieces (each ``for`` loop of the template pulls its items
+as it goes, so a template can render an iterator of any length).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -42,4 +45,9 @@ def render(template: str, **context: Any) -> str:
     return environment().get_template(template).render(**context)
 
 
-__all__ = ["environment", "render", "url"]
+def generate(template: str, **context: Any) -> Iterator[str]:
+    """The pieces of :func:`render`'s text, rendered as they are asked for."""
+    return environment().get_template(template).generate(**context)
+
+
+__all__ = ["environment", "generate", "render", "url"]

@@ -1100,3 +1100,22 @@ def test_index_build_status_and_drop(any_store: tuple[pathlib.Path, Any], capsys
     assert code == 0 and out.strip() == "index dropped"
     code, out = run("drop")
     assert code == 0 and out.strip() == "no index to drop"
+
+
+def test_show_renders_anthropic_tool_blocks_as_tool_calls_with_their_results(run: Run, store: SessionStore) -> None:
+    store.append_many("a", [
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Reading it"},
+            {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "/src/ü.py"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "\x1b[32mprint(1)\x1b[0m"}]}]},
+        {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]},
+    ])
+    code, out, _ = run("show", "a", "--width", "0")
+    assert code == 0 and "[tool_use]" not in out and "[tool_result]" not in out
+    assert '    Reading it\n    -> Read({"path":"/src/ü.py"})  [toolu_1]\n' in out  # as an OpenAI call is shown
+    assert "    <- result of toolu_1\n    print(1)\n" in out  # its output, colours taken out
+    assert '    [image] {"type":"image","source":{"type":"url","url":"u"}}' in out
+    code, plain, _ = run("show", "a", "--width", "0")
+    _, tailed, _ = run("tail", "a", "-n", "3", "--width", "0")
+    assert tailed == plain

@@ -59,3 +59,28 @@ def test_verify_counts_the_messages_get_message_count_counts(store: Any, backend
     report = store.verify()
     assert [f.kind for f in report.problems] == [{"jsonl": "corrupt-line"}.get(report.backend, "corrupt-row")]
     assert report.messages == store.get_message_count("k") == 3
+
+
+def test_the_bounded_strict_check_raises_what_try_load_raises(store: Any, backend: Backend,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``export``'s check before it streams (``_check_strict``) reads a block of lines or a
+    batch of rows at a time: a damaged line several batches in gives try_load's error."""
+    from jsonl_sessions.dbfront import DatabaseFront
+    from jsonl_sessions.jsonl import transcript
+
+    monkeypatch.setattr(DatabaseFront, "_CHECK_ROWS", 3)
+    monkeypatch.setattr(transcript, "CHUNK_BYTES", 256)
+    store.append_many("k", [{"role": "user", "content": f"message {i}"} for i in range(10)])
+    assert store._check_strict("k") == 10 and store._check_strict("missing") == 0
+    damage = backend.damage(store)
+    if damage is None:
+        return
+    offset = len(damage.raw("k"))
+    damage.append_raw("k", BAD)
+    store.append_many("k", [{"role": "user", "content": "after"}])
+    with pytest.raises(CorruptTranscriptError) as loaded:
+        store.try_load("k")
+    with pytest.raises(CorruptTranscriptError) as checked:
+        store._check_strict("k")
+    assert str(checked.value) == str(loaded.value)
+    assert (checked.value.line, checked.value.offset) == (loaded.value.line, loaded.value.offset) == (11, offset)

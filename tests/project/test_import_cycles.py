@@ -117,3 +117,16 @@ def test_no_import_cycle() -> None:
     found = cycles(graph)
     assert not found, "import cycles (TYPE_CHECKING and deferred imports included): " + "; ".join(
         " <-> ".join(c) for c in found)
+
+
+def test_the_viewer_and_the_command_line_share_the_display_model_below_both() -> None:
+    """What a message shows is one module (``display``) that imports neither the viewer nor
+    the command line; the viewer does not reach up into the command line for it."""
+    graph = import_graph()
+    above = ("jsonl_sessions.cli", "jsonl_sessions.viewer")
+    assert not {m for m in graph["jsonl_sessions.display"] if m.startswith(above)}
+    for module, imported in graph.items():
+        if module.startswith("jsonl_sessions.viewer"):
+            assert not {m for m in imported if m.startswith("jsonl_sessions.cli")}, module
+    assert "jsonl_sessions.display" in graph["jsonl_sessions.cli.output"]
+    assert "jsonl_sessions.display" in graph["jsonl_sessions.viewer.app"]
