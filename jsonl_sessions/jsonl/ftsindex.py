@@ -40,6 +40,7 @@ candidates it returns, newest first, until the page is full.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import sqlite3
@@ -68,7 +69,7 @@ log = logging.getLogger("jsonl_sessions")
 INDEX_NAME = ".search-index.sqlite3"
 #: ``PRAGMA application_id`` of an index file ("JSIX") and its ``user_version``.
 APPLICATION_ID = 0x4A534958
-VERSION = 6
+VERSION = 7
 #: A transcript whose modification time is this much older than its mark is trusted by
 #: its look alone (file-system timestamps are coarse: a change within one tick of the
 #: mark keeps the time, so a younger one has its counter read).
@@ -81,8 +82,10 @@ _SCHEMA = (
         id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, dev INTEGER NOT NULL, ino INTEGER NOT NULL,
         seq INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, end_byte INTEGER NOT NULL, lines INTEGER NOT NULL,
         tail BLOB NOT NULL, marked_ns INTEGER NOT NULL DEFAULT 0)""",
+    # where each indexed line is in its transcript (no copy of it); session 0: a dead row
+    # (its line changed or went away; its trigrams stay in texts until the file is made anew)
     ("CREATE TABLE lines (id INTEGER PRIMARY KEY, session INTEGER NOT NULL, position INTEGER NOT NULL, "
-     "created_at INTEGER, line BLOB NOT NULL)"),
+     "created_at INTEGER, offset INTEGER NOT NULL, length INTEGER NOT NULL, digest INTEGER NOT NULL)"),
     "CREATE INDEX lines_by_session ON lines (session)",
     f"CREATE VIRTUAL TABLE texts USING fts5(folded, {fts.TABLE_OPTIONS}, content='')",
     "CREATE TABLE meta (unicode TEXT NOT NULL)",
@@ -109,12 +112,22 @@ class Status:
     bytes: int = 0
     #: Sessions whose mark was behind their transcript (before a build: still to index).
     stale: int = 0
+    #: Rows of lines that changed or went away (see :func:`_forget`).
+    dead: int = 0
 
 
 def _remove(path: str) -> None:
     for name in (path, path + "-wal", path + "-shm", path + "-journal"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)
+
+
+def _make_schema(conn: sqlite3.Connection) -> None:
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    conn.execute("INSERT INTO meta VALUES (?)", (unicodedata.unidata_version,))
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute(f"PRAGMA user_version = {VERSION}")
 
 
 def _connect(path: str, create: bool) -> sqlite3.Connection | None:
@@ -140,11 +153,7 @@ def _connect(path: str, create: bool) -> sqlite3.Connection | None:
             if app == 0 and version == 0:
                 conn.execute("BEGIN IMMEDIATE")
                 if conn.execute("PRAGMA user_version").fetchone()[0] == 0:  # not made meanwhile
-                    for statement in _SCHEMA:
-                        conn.execute(statement)
-                    conn.execute("INSERT INTO meta VALUES (?)", (unicodedata.unidata_version,))
-                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                    conn.execute(f"PRAGMA user_version = {VERSION}")
+                    _make_schema(conn)
                 conn.execute("COMMIT")
                 return conn
             log.warning("%s is not a search index of this version: made anew", path)
@@ -231,11 +240,12 @@ def _latest(rowid: int) -> int:
     return ((rowid >> _K_BITS) + 1) * 1000 - 1
 
 
-def _row_ids(conn: sqlite3.Connection, times: list[int | None]) -> list[int]:
-    """A free row id for a line created at each of ``times``."""
+def _row_ids(conn: sqlite3.Connection, times: list[int | None], last: dict[int, int]) -> list[int]:
+    """A free row id for a line created at each of ``times``. ``last``: the base of a second
+    (or ``_NEGATIVE``) -> the last id taken from it, kept by the caller for the rest of its
+    transaction (its later calls then look up each second once)."""
     out: list[int] = []
     used: set[int] = set()
-    last: dict[int, int] = {}  # base of a second (or _NEGATIVE) -> the last id taken from it
     for created in times:
         if created is None or created < 0:
             if _NEGATIVE not in last:
@@ -260,16 +270,34 @@ def _row_ids(conn: sqlite3.Connection, times: list[int | None]) -> list[int]:
 
 
 # -- keeping it current ------------------------------------------------------------------
+def _digest(line: bytes) -> int:
+    """A 64-bit digest of a line (signed, as SQLite stores integers): tells a line still in
+    place from one changed at the same offset and length."""
+    return int.from_bytes(hashlib.blake2b(line, digest_size=8).digest(), "little", signed=True)
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """What a search checks of a session it read candidates from (see :func:`_candidate`)."""
+
+    files: SessionFiles
+    dev: int
+    ino: int
+    seq: int
+
+
 def _current(mark: tuple[int, ...] | None, st: os.stat_result, size: int, head: Head) -> bool:
     return mark is not None and mark[1:6] == (st.st_dev, st.st_ino, head.seq, st.st_mtime_ns, size)
 
 
-def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> int | None:
-    """Bring one session up to its committed end; its id in the index (None: it vanished).
-    One transaction, begun again when the read must be retried (the file changed in place
-    during it)."""
+def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> _Mark | None:
+    """Bring one session up to its committed end; its mark (None: it vanished). One
+    transaction, begun again when the read must be retried (the file changed in place
+    during it). A session that grew gets its new lines indexed; one changed otherwise is
+    read again in full, and each of its indexed lines still at the same offset with the
+    same bytes (length and digest) keeps its row, the others become dead rows."""
 
-    def read(fd: int, size: int, st: os.stat_result, head: Head) -> int:
+    def read(fd: int, size: int, st: os.stat_result, head: Head) -> _Mark:
         marked = time.time_ns()  # before this read: a change after it has a later time
         if conn.in_transaction:  # an earlier attempt of this read: start over
             conn.execute("ROLLBACK")
@@ -277,8 +305,10 @@ def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> 
         mark = conn.execute("SELECT id, dev, ino, seq, mtime_ns, end_byte, lines, tail FROM sessions WHERE key = ?",
                             (files.key,)).fetchone()
         if _current(mark, st, size, head):
-            return int(mark[0])
+            return _Mark(files, st.st_dev, st.st_ino, head.seq)
         start = number = 0
+        # the rows of a session read again in full, by offset: (id, position, length, digest)
+        before: dict[int, tuple[int, int, int, int]] = {}
         if mark is not None:
             sid = int(mark[0])
             end, lines, tail = mark[5], mark[6], mark[7]
@@ -286,42 +316,59 @@ def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> 
                     and _platform.pread(fd, len(tail), end - len(tail)) == tail):
                 start, number = end, lines  # it grew: index the new lines
             else:
-                _forget(conn, sid)
+                before = {offset: (rowid, position, length, digest) for rowid, position, offset, length, digest
+                          in conn.execute("SELECT id, position, offset, length, digest FROM lines WHERE session = ?",
+                                          (sid,))}
         else:
             sid = int(conn.execute("INSERT INTO sessions (key, dev, ino, seq, mtime_ns, end_byte, lines, tail) "
                                    "VALUES (?, 0, 0, 0, 0, 0, 0, x'')", (files.key,)).lastrowid or 0)
         end = start
+        taken: dict[int, int] = {}
+        dead: list[tuple[int]] = []  # ids of rows whose line changed
+        moved: list[tuple[int, int]] = []  # (position, id) of kept rows whose line number changed
         for at, block, stop in line_blocks(fd, size, first=start):
             pos = len(BOM) if at == 0 and block.startswith(BOM) else 0
-            rows: list[tuple[int, int, int | None, bytes]] = []
+            rows: list[tuple[int, int, int | None, int, int, int]] = []
             texts: list[str] = []
             while pos < stop:
                 nl = block.index(b"\n", pos)
                 line = block[pos:nl]
-                found = fts.indexed(line)
-                if found is not None:
-                    rows.append((sid, number, created_column(found[0]), line))
-                    texts.append(found[1])
+                old = before.pop(at + pos, None) if before else None
+                if old is not None and old[2] == nl - pos and old[3] == _digest(line):
+                    if old[1] != number:
+                        moved.append((number, old[0]))
+                else:
+                    if old is not None:
+                        dead.append((old[0],))
+                    found = fts.indexed(line)
+                    if found is not None:
+                        rows.append((sid, number, created_column(found[0]), at + pos, nl - pos, _digest(line)))
+                        texts.append(found[1])
                 number += 1
                 pos = nl + 1
             end = at + stop
             if rows:
-                ids = _row_ids(conn, [row[2] for row in rows])
-                conn.executemany("INSERT INTO lines (id, session, position, created_at, line) VALUES (?, ?, ?, ?, ?)",
-                                 [(rowid, *row) for rowid, row in zip(ids, rows)])
+                ids = _row_ids(conn, [row[2] for row in rows], taken)
+                conn.executemany("INSERT INTO lines (id, session, position, created_at, offset, length, digest) "
+                                 "VALUES (?, ?, ?, ?, ?, ?, ?)", [(rowid, *row) for rowid, row in zip(ids, rows)])
                 conn.executemany("INSERT INTO texts (rowid, folded) VALUES (?, ?)", zip(ids, texts))
+        dead += [(old[0],) for old in before.values()]  # the rows of lines no longer there
+        if dead:
+            conn.executemany("UPDATE lines SET session = 0 WHERE id = ?", dead)
+        if moved:
+            conn.executemany("UPDATE lines SET position = ? WHERE id = ?", moved)
         tail = _platform.pread(fd, min(TAIL_BYTES, end), end - min(TAIL_BYTES, end)) if end else b""
         conn.execute("UPDATE sessions SET dev = ?, ino = ?, seq = ?, mtime_ns = ?, end_byte = ?, lines = ?, tail = ?, "
                      "marked_ns = ? WHERE id = ?",
                      (st.st_dev, st.st_ino, head.seq, st.st_mtime_ns, end, number, tail, marked, sid))
-        return sid
+        return _Mark(files, st.st_dev, st.st_ino, head.seq)
 
     try:
-        sid = with_transcript_state(root, files, read)
+        found = with_transcript_state(root, files, read)
         if conn.in_transaction:
             # None: the file vanished after an attempt that read it, whose work must not stand
-            conn.execute("COMMIT" if sid is not None else "ROLLBACK")
-        return sid
+            conn.execute("COMMIT" if found is not None else "ROLLBACK")
+        return found
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
@@ -329,13 +376,12 @@ def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> 
 
 
 def _forget(conn: sqlite3.Connection, sid: int) -> None:
-    """Remove a session's lines and their texts (in the caller's transaction). The table
-    keeps no copy of a text: each is deleted by giving it again (the same folding of the
-    same line, guaranteed by the Unicode version the file records)."""
-    rows = conn.execute("SELECT id, line FROM lines WHERE session = ?", (sid,)).fetchall()
-    conn.executemany("INSERT INTO texts (texts, rowid, folded) VALUES ('delete', ?, ?)",
-                     [(rowid, fts.folded_text(line)) for rowid, line in rows])
-    conn.execute("DELETE FROM lines WHERE session = ?", (sid,))
+    """Make a session's rows dead (in the caller's transaction). The table keeps no copy of
+    a line, and a contentless FTS5 table can only delete a row given its text again: the
+    row's trigrams stay in ``texts`` (a search skips them), and its id stays taken (never
+    given to another line), until the file is made anew (:func:`build` does when dead rows
+    are :data:`DEAD_SHARE` of all)."""
+    conn.execute("UPDATE lines SET session = 0 WHERE session = ?", (sid,))
 
 
 def _sessions(root: Root, search: MessageSearch | None) -> tuple[list[tuple[SessionFiles, os.stat_result]], set[str]]:
@@ -362,9 +408,9 @@ def _sessions(root: Root, search: MessageSearch | None) -> tuple[list[tuple[Sess
 
 
 def _sync(conn: sqlite3.Connection, root: Root, sessions: list[tuple[SessionFiles, os.stat_result]],
-          present: set[str]) -> dict[int, str]:
+          present: set[str]) -> dict[int, _Mark]:
     """Bring ``sessions`` up to date and drop the indexed sessions not in ``present`` (the
-    keys of every existing session); ``{id: key}`` of those indexed."""
+    keys of every existing session); ``{id: mark}`` of those indexed."""
     marks = {key: tuple(rest) for key, *rest in conn.execute(
         "SELECT key, id, dev, ino, seq, mtime_ns, end_byte, marked_ns FROM sessions")}
     gone = [marks[key][0] for key in marks if key not in present]
@@ -374,7 +420,7 @@ def _sync(conn: sqlite3.Connection, root: Root, sessions: list[tuple[SessionFile
             _forget(conn, sid)
             conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
         conn.execute("COMMIT")
-    out: dict[int, str] = {}
+    out: dict[int, _Mark] = {}
     for files, st in sessions:
         mark = marks.get(files.key)
         # Unchanged by its look (inode, time, size): current when its time is well before the
@@ -383,21 +429,21 @@ def _sync(conn: sqlite3.Connection, root: Root, sessions: list[tuple[SessionFile
         # of the same size in the same clock tick moves the counter, not the time).
         if mark is not None and mark[1:3] == (st.st_dev, st.st_ino) and mark[4:6] == (st.st_mtime_ns, st.st_size):
             if st.st_mtime_ns < mark[6] - RACY_NS:
-                out[mark[0]] = files.key
+                out[mark[0]] = _Mark(files, *mark[1:4])
                 continue
             try:
                 if read_head(files.lock, key=files.key).seq == mark[3]:
-                    out[mark[0]] = files.key
+                    out[mark[0]] = _Mark(files, *mark[1:4])
                     continue
             except OSError:
                 pass
         try:
-            sid = _sync_session(conn, root, files)
+            found = _sync_session(conn, root, files)
         except OSError as exc:  # unreadable: not indexed now, searched by nobody (as a scan skips it)
             log.warning("cannot index session %r: %s", files.key, exc)
             continue
-        if sid is not None:
-            out[sid] = files.key
+        if found is not None:
+            out[conn.execute("SELECT id FROM sessions WHERE key = ?", (files.key,)).fetchone()[0]] = found
     return out
 
 
@@ -412,20 +458,63 @@ def _byte_test(terms: tuple[str, ...]) -> Callable[[bytes], bool]:
     return may_hold
 
 
+class _Moved(Exception):
+    """A transcript changed between bringing the index up to date and reading a candidate."""
+
+
+class _Transcripts:
+    """The transcripts a search reads its candidates from, each opened once and checked to
+    be the file its mark describes (device, inode), then the counter read again at the end
+    (:meth:`check`): a line read is the line indexed, at the line number indexed."""
+
+    def __init__(self) -> None:
+        self._fds: dict[int, tuple[int, _Mark]] = {}
+
+    def line(self, sid: int, mark: _Mark, offset: int, length: int, digest: int) -> bytes:
+        opened = self._fds.get(sid)
+        if opened is None:
+            got = mark.files.open_transcript(os.O_RDONLY)
+            if got is None:
+                raise _Moved(mark.files.key)
+            opened = self._fds[sid] = (got[0], mark)
+            if (got[1].st_dev, got[1].st_ino) != (mark.dev, mark.ino):
+                raise _Moved(mark.files.key)
+        line = _platform.pread(opened[0], length, offset)
+        if len(line) != length or _digest(line) != digest:
+            raise _Moved(mark.files.key)
+        return line
+
+    def check(self) -> None:
+        """:class:`_Moved` when a transcript read was changed in place meanwhile (the counter moved)."""
+        for _fd, mark in self._fds.values():
+            if read_head(mark.files.lock, key=mark.files.key).seq != mark.seq:
+                raise _Moved(mark.files.key)
+
+    def close(self) -> None:
+        while self._fds:
+            _platform.close(self._fds.popitem()[1][0])
+
+
 # -- the operations ------------------------------------------------------------------------
+#: How many times a search brings the index up to date again when a transcript changed
+#: under it, before it answers by a scan.
+ATTEMPTS = 3
+
+
 def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bool:
     """Answer ``search`` from the index, brought up to date first; False (nothing offered)
     when there is no index or no term of three characters (the caller scans)."""
     expr = fts.match_expression(search.terms)
     if expr is None or not exists(root.path):
         return False
-    for attempt in range(2):
+    rebuilt = False
+    for _attempt in range(ATTEMPTS):
         try:
             # it exists (checked above): one that cannot be read is made anew and filled here
             with _opened(root.path, create=True) as conn:
                 assert conn is not None
                 wanted, present = _sessions(root, search)
-                ids = _sync(conn, root, wanted, present)
+                marks = _sync(conn, root, wanted, present)
                 part = collector.fork()
                 # Row ids follow created_at (see _row_ids): FTS5 streams the candidates newest
                 # first without sorting them, and the confirmation stops once no later one can
@@ -433,39 +522,140 @@ def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bo
                 # hold no term before the line is decoded.
                 may_hold = _byte_test(search.terms)
                 fetch = conn.cursor()
-                for (rowid,) in conn.execute("SELECT rowid FROM texts WHERE texts MATCH ? ORDER BY rowid DESC",
-                                             (expr,)):
-                    if rowid >= 0 and part.past(_latest(rowid), _latest(_TOP << _K_BITS)):
-                        break
-                    sid, position, line = fetch.execute("SELECT session, position, line FROM lines WHERE id = ?",
-                                                        (rowid,)).fetchone()
-                    key = ids.get(sid)
-                    if key is not None and may_hold(line):
-                        part.offer(key, position, line)
+                files = _Transcripts()
+                try:
+                    for (rowid,) in conn.execute("SELECT rowid FROM texts WHERE texts MATCH ? ORDER BY rowid DESC",
+                                                 (expr,)):
+                        if rowid >= 0 and part.past(_latest(rowid), _latest(_TOP << _K_BITS)):
+                            break
+                        row = fetch.execute("SELECT session, position, offset, length, digest FROM lines WHERE id = ?",
+                                            (rowid,)).fetchone()
+                        mark = marks.get(row[0]) if row is not None else None
+                        if mark is None:  # a dead row, or a session the search does not look at
+                            continue
+                        line = files.line(row[0], mark, row[2], row[3], row[4])
+                        if may_hold(line):
+                            part.offer(mark.files.key, row[1], line, row[2])
+                    files.check()
+                finally:
+                    files.close()
             collector.merge(part)
             return True
+        except _Moved:  # changed since it was indexed: bring it up to date again
+            continue
         except OSError as exc:  # the file cannot be opened or written (permissions): scan
             log.warning("cannot use the search index of %s (%s): searching without it", root.path, exc)
             return False
         except sqlite3.DatabaseError as exc:
-            if attempt or (isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc)):
+            if rebuilt or (isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc)):
                 log.warning("the search index of %s failed (%s): searching without it", root.path, exc)
                 return False
             log.warning("the search index of %s is damaged (%s): built again", root.path, exc)
+            rebuilt = True
             try:
+                close_connections()
                 _remove(path_of(root.path))
                 build(root)
             except (OSError, sqlite3.DatabaseError) as again:
                 log.warning("cannot build the search index of %s again (%s): searching without it", root.path, again)
                 return False
+    log.warning("the sessions of %s kept changing under the search index: searching without it", root.path)
     return False
 
 
+# -- building it anew ----------------------------------------------------------------------
+#: A build makes the file anew when dead rows (see :func:`_forget`) are this share of all rows.
+DEAD_SHARE = 0.25
+#: The FTS5 page size and SQLite page size of a file made anew (bigger pages: fewer of them
+#: to write and to read per trigram; measured in benchmarks/README.md).
+PAGE_SIZE = 16384
+#: A build file (``<index>.build-<pid>``) not written for this long is a killed build's: removed.
+STALE_BUILD_NS = 600 * 1_000_000_000
+
+
+def _build_path(path: str) -> str:
+    return f"{path}.build-{os.getpid()}-{threading.get_ident()}"
+
+
+def _remove_stale_builds(root: str) -> None:
+    prefix = INDEX_NAME + ".build-"
+    now = time.time_ns()
+    for name in _platform.listdir(root):
+        if name.startswith(prefix):
+            with contextlib.suppress(OSError):
+                if now - os.stat(os.path.join(root, name)).st_mtime_ns > STALE_BUILD_NS:
+                    os.unlink(os.path.join(root, name))
+
+
+def _make_anew(root: Root, replace: bool) -> None:
+    """Index every session into a new file beside the index, then move it into place (with
+    ``replace``, in place of the index there, which stays in use until then).
+
+    The new file is private until it is renamed to the index's name, so it is written
+    without a journal's syncs (``synchronous=OFF``, the rollback journal in memory) and
+    with FTS5's automatic merges off (one ``optimize`` at the end merges its segments
+    into one); then it is fsynced, switched to WAL mode, fsynced and renamed into place,
+    and the directory fsynced. A build killed before the rename leaves its file and the old
+    index (or none), never a part of one: the next build removes the file once it is
+    :data:`STALE_BUILD_NS` old. Without ``replace``, a build never replaces an index another
+    process made meanwhile (the name is taken with a hard link when the platform has them,
+    else by a rename only while the name is free)."""
+    path = path_of(root.path)
+    _remove_stale_builds(root.path)
+    tmp = _build_path(path)
+    _remove(tmp)
+    os.close(os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600))
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
+            conn.execute("PRAGMA journal_mode = MEMORY")
+            conn.execute("PRAGMA synchronous = OFF")
+            conn.execute("PRAGMA cache_size = -65536")  # KiB: the pages FTS5 merges stay in memory
+            _make_schema(conn)
+            conn.execute(f"INSERT INTO texts (texts, rank) VALUES ('pgsz', {PAGE_SIZE - 64})")
+            conn.execute("INSERT INTO texts (texts, rank) VALUES ('automerge', 0)")
+            _sync(conn, root, *_sessions(root, None))
+            conn.execute("INSERT INTO texts (texts) VALUES ('optimize')")
+            conn.execute("INSERT INTO texts (texts, rank) VALUES ('automerge', 4)")  # FTS5's default, for updates
+            conn.execute("PRAGMA journal_mode = WAL")
+        finally:
+            conn.close()
+        fd = os.open(tmp, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            _platform.fsync(fd)
+        finally:
+            os.close(fd)
+        if replace:
+            close_connections()
+            _remove(path)
+        elif not os.path.exists(path):
+            for leftover in (path + "-wal", path + "-shm", path + "-journal"):  # of a dropped index: not ours
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(leftover)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:  # another build (or search) made one meanwhile: it stands
+            pass
+        except OSError:  # no hard links here
+            if not os.path.exists(path):
+                _platform.replace(tmp, path)
+        _platform.fsync_dir(root.path)
+    finally:
+        _remove(tmp)
+
+
 def build(root: Root) -> Status:
-    """Create the index when missing (or unreadable) and bring every session up to date."""
-    with _opened(root.path, create=True) as conn:
-        assert conn is not None
-        _sync(conn, root, *_sessions(root, None))
+    """Bring the index up to date: made anew (:func:`_make_anew`) when there is none, when it
+    cannot be read or is of another version, or when dead rows are :data:`DEAD_SHARE` of
+    its rows; else every session brought up to date in place (per-session transactions)."""
+    with _opened(root.path, create=False) as conn:
+        if conn is not None:
+            dead, total = conn.execute("SELECT count(*) FILTER (WHERE session = 0), count(*) FROM lines").fetchone()
+            if not total or dead < DEAD_SHARE * total:
+                _sync(conn, root, *_sessions(root, None))
+                return status(root)
+    _make_anew(root, replace=conn is not None)  # none, unreadable, or too many dead rows
     return status(root)
 
 
@@ -480,7 +670,7 @@ def status(root: Root) -> Status:
             return Status(path, False)
         marks = {key: (dev, ino, mtime, end) for key, dev, ino, mtime, end in conn.execute(
             "SELECT key, dev, ino, mtime_ns, end_byte FROM sessions")}
-        lines = conn.execute("SELECT count(*) FROM lines").fetchone()[0]
+        dead, total = conn.execute("SELECT count(*) FILTER (WHERE session = 0), count(*) FROM lines").fetchone()
     stale = 0
     keys = set()
     for files, look in looks(root):
@@ -490,7 +680,7 @@ def status(root: Root) -> Status:
             stale += 1
     stale += len(set(marks) - keys)
     size = sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
-    return Status(path, True, len(marks), lines, size, stale)
+    return Status(path, True, len(marks), total - dead, size, stale, dead)
 
 
 def drop(root: Root) -> bool:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import pytest
 from sigkill import ENV
@@ -167,8 +168,29 @@ print("done", flush=True)
 """
 
 
+def _kill_while(store: SessionStore, rng: random.Random, written: Callable[[], bool]) -> bool:
+    """Run a build in a subprocess and SIGKILL it at a random moment once ``written()``;
+    whether it was killed before it finished."""
+    proc = subprocess.Popen([sys.executable, "-c", _WORKER, store.root], stdout=subprocess.PIPE, env=ENV)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"start\n"
+    deadline = time.monotonic() + 30
+    while not written() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.001)
+    time.sleep(rng.uniform(0, 0.05))
+    proc.send_signal(signal.SIGKILL)
+    out = proc.stdout.read()
+    proc.wait()
+    proc.stdout.close()
+    return proc.returncode == -signal.SIGKILL and b"done" not in out
+
+
+def _builds(store: SessionStore) -> list[str]:
+    return [n for n in os.listdir(store.root) if n.startswith(ftsindex.INDEX_NAME + ".build-")]
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
-def test_a_build_killed_midway_leaves_a_usable_index(tmp_path: pathlib.Path) -> None:
+def test_a_build_killed_midway_leaves_the_old_index_or_none(tmp_path: pathlib.Path) -> None:
     store = SessionStore(tmp_path / "store", durability="flush")
     rng = random.Random(int(os.environ.get("JSONL_SESSIONS_SEED", "7")))
     for i in range(40):
@@ -177,29 +199,37 @@ def test_a_build_killed_midway_leaves_a_usable_index(tmp_path: pathlib.Path) -> 
     path = ftsindex.path_of(store.root)
     killed = 0
     for trial in range(3):
-        ftsindex.drop(store._root)  # each worker builds from nothing
-        proc = subprocess.Popen([sys.executable, "-c", _WORKER, store.root], stdout=subprocess.PIPE, env=ENV)
-        assert proc.stdout is not None
-        assert proc.stdout.readline() == b"start\n"
-        # wait until it wrote into the index, then kill it at a random moment
-        deadline = time.monotonic() + 30
-        while not os.path.exists(path + "-wal") and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.001)
-        time.sleep(rng.uniform(0, 0.05))
-        proc.send_signal(signal.SIGKILL)
-        out = proc.stdout.read()
-        proc.wait()
-        proc.stdout.close()
-        killed += proc.returncode == -signal.SIGKILL and b"done" not in out
-        # usable as it is: the next search goes on from the sessions indexed and answers as the scan
-        assert index_status(store).exists
-        _same(store, "strasse", f"number {trial}", "deploy")
-        assert index_status(store).stale_sessions == 0
+        # a build from nothing writes a file of its own, moved into place once complete
+        ftsindex.drop(store._root)
+        killed += _kill_while(store, rng, lambda: bool(_builds(store)))
+        if os.path.exists(path):  # killed after the move: complete
+            assert index_status(store).stale_sessions == 0
+        _same(store, "strasse", f"number {trial}", "deploy")  # with the index or by a scan
         store.append(f"s{trial}", {"role": "user", "content": f"after kill {trial}"})
     assert killed >= 2, "the builds finished before they were killed: make the store bigger"
+    for name in _builds(store):  # a killed build's file, removed by a build once it is old
+        os.utime(os.path.join(store.root, name), ns=(0, 0))
     status = build_index(store)
     assert status.exists and status.stale_sessions == 0 and status.entries == 40 * 120 + 3
-    _same(store, "after kill", "strasse")
+    assert _builds(store) == []
+    # an index being brought up to date in place (per-session transactions) killed midway: usable as it is
+    killed = 0
+    for trial in range(3):
+        for i in range(40):
+            store.rewrite_messages(f"s{i}", [{"role": "user", "content": f"update {trial} of {i} {j} Straße"}
+                                             for j in range(120)])
+        ftsindex.close_connections()  # the WAL file is the worker's: it shows when the worker writes
+        killed += _kill_while(store, rng, lambda: os.path.exists(path + "-wal"))
+        assert index_status(store).exists
+        _same(store, "strasse", f"update {trial}", "deploy")
+        assert index_status(store).stale_sessions == 0
+    assert killed >= 2, "the updates finished before they were killed: make the store bigger"
+    # the rows of the rewritten lines are dead: past a share of all rows, a build makes the file anew
+    assert index_status(store).bytes > 0 and ftsindex.status(store._root).dead >= 3 * 40 * 120
+    status = build_index(store)
+    assert status.exists and status.stale_sessions == 0 and status.entries == 40 * 120
+    assert ftsindex.status(store._root).dead == 0
+    _same(store, "update 2", "strasse", "update 1")
 
 
 def test_pages_through_ties_and_times_the_row_ids_cannot_order(tmp_path: pathlib.Path) -> None:
