@@ -106,6 +106,62 @@ def test_appends_are_indexed_from_the_mark_and_rewrites_index_the_session_again(
     assert {key for _id, key, _pos in _rows(store)} == {"a", "b"}  # a deleted session leaves the index
 
 
+def test_a_changed_session_keeps_the_rows_of_the_lines_still_in_place(store: SessionStore) -> None:
+    # the index holds where each line is, not a copy: a session changed in place is read again
+    # and the lines at the same offset with the same bytes keep their rows
+    build_index(store)
+    before = {row for row in _rows(store) if row[1] == "b"}
+    store.update_last("b", {"role": "user", "content": "replaced straße"})
+    _same(store, "strasse", "replaced", "nothing")
+    after = {row for row in _rows(store) if row[1] == "b"}
+    assert len(before) == len(after) == 6
+    assert len(before & after) == 5  # one line changed: one new row, the other five kept
+    assert ftsindex.status(store._root).dead == 1
+    store.remove_last("b")
+    _same(store, "strasse", "replaced", "nothing")
+    assert {row for row in _rows(store) if row[1] == "b"} == before & after
+    assert ftsindex.status(store._root).dead == 2
+    # dead rows stay out of answers; a build makes the file anew once they are a quarter of the rows
+    store.rewrite_messages("c", [{"role": "user", "content": "deploy"}])
+    assert ftsindex.status(store._root).dead == 2  # not seen yet
+    _same(store, "deploy", "strasse")
+    assert ftsindex.status(store._root).dead == 8
+    status = build_index(store)
+    assert ftsindex.status(store._root).dead == 0 and status.entries == 6 + 5 + 1
+    _same(store, "deploy", "strasse", "replaced")
+
+
+def test_an_index_of_an_earlier_version_is_made_anew(store: SessionStore, caplog: pytest.LogCaptureFixture) -> None:
+    build_index(store)
+    ftsindex.close_connections()
+    conn = sqlite3.connect(ftsindex.path_of(store.root))
+    conn.execute(f"PRAGMA user_version = {ftsindex.VERSION - 1}")
+    conn.execute("INSERT INTO texts (texts) VALUES ('delete-all')")  # it would answer nothing
+    conn.commit()
+    conn.close()
+    _same(store, "strasse", "deploy")
+    assert "not a search index of this version" in caplog.text
+    assert index_status(store).entries == 18
+
+
+def test_a_line_changed_behind_the_stores_back_after_it_was_indexed_is_never_answered(
+        store: SessionStore, caplog: pytest.LogCaptureFixture) -> None:
+    # edited in place by another program, with the same length, size and time: the mark holds
+    # (the counter did not move), but the line read is checked against its digest
+    build_index(store)
+    assert len(store.search_messages("strasse").hits) == 4
+    transcript = os.path.join(store.root, "a.jsonl")
+    st = os.stat(transcript)
+    with open(transcript, "r+b") as f:
+        data = f.read()
+        f.seek(0)
+        f.write(data.replace("Straße".encode(), "Strafe".encode()))
+    os.utime(transcript, ns=(st.st_atime_ns, st.st_mtime_ns))
+    hits = store.search_messages("strasse", limit=500)
+    assert hits == _scan(store, "strasse") and len(hits.hits) < 4
+    assert "kept changing" in caplog.text
+
+
 def test_a_change_of_the_same_size_within_one_clock_tick_is_seen(store: SessionStore) -> None:
     # update_last with a message of the same length: size (and maybe mtime) unchanged, the
     # control counter moved
