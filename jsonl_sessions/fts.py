@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from . import matcher, records
 
 #: The FTS5 options of every search table.
-TABLE_OPTIONS = "tokenize='trigram case_sensitive 1', detail=none"
+TABLE_OPTIONS = "tokenize='trigram case_sensitive 1', detail=none, columnsize=0"
 
 
 def has_fts5() -> bool:

@@ -15,26 +15,35 @@ indexed so far, and the last bytes before that end. A session whose transcript s
 that identity, counter and time and ends there is current; one that only grew (same
 identity and counter, the bytes before the old end unchanged) gets its new lines
 indexed from the old end; anything else (a rewrite, truncation, replaced or recreated
-file) is indexed again from the start. Sessions that no longer exist are dropped from it.
+file) is read again from the start, and the lines still at the same offset with the same
+bytes keep their rows. Sessions that no longer exist are dropped from it.
 Only complete lines up to the committed end are indexed (a torn tail never is).
 
 **Crashes.** The file is in WAL mode; each session's update (rows and mark) is one
 transaction, so a process killed in the middle of an update leaves every session at its
 old or its new mark, both consistent: the next search goes on from there. A file that is
-not such an index (another version, damage) is deleted and built again.
+not such an index (another version, damage) is deleted and built again. A build from
+nothing (:func:`build`) writes a private file and moves it into place once complete: a
+build killed before leaves the old index or none, never a part of one.
 
-Each line is stored once in the index (the candidate a search confirms comes from there);
-the FTS5 table is contentless (it keeps the trigrams of each line's casefolded text, not
-the text: a text is deleted by folding the same line again, which the Unicode version the
-file records guarantees; another version makes the file anew). Lines that are not
-messages or have no text are not indexed. Row ids follow ``created_at`` (:func:`_row_ids`),
-so FTS5 gives candidates newest first and a search stops once its page is full. A file
-this process cannot open or write is left alone, and the search scans.
+**Layout.** The index keeps where each line is (session, line number, byte offset, length
+and a digest of its bytes), not a copy: a search reads each candidate from its
+transcript and checks it (:class:`_Transcripts`). The FTS5 table is contentless and
+keeps which rows hold each trigram of a line's casefolded text, without positions
+(:mod:`jsonl_sessions.fts`). A contentless table can delete a row only given its text
+again, which is gone once its line changed: such a row becomes dead (:func:`_forget`),
+skipped by searches, until a build makes the file anew. Texts folded by another Unicode
+version could make a term miss them: a file recording another version is made anew.
+Lines that are not messages or have no text are not indexed. Row ids are dense and
+each row carries a bound on the times of the rows up to it (:class:`_Ids`): FTS5 gives
+candidates by id descending and a search stops once no lower one can make its page. A file this process cannot open or write is left alone, and
+the search scans.
 
 Cost of a search: an ``lstat`` of each session it looks at (the control file is read only
 for a transcript changed within :data:`RACY_NS` of its mark; sidecars only when the search
 filters by alias or name), the new lines of changed sessions, then the FTS5 query and the
-candidates it returns, newest first, until the page is full.
+candidates it returns, newest first, until the page is full: for each, a row lookup and a
+``pread`` of its line (and one control-file read per session that gave one).
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ from dataclasses import dataclass
 from .. import _platform, fts, records
 from ..corruption import BOM
 from ..finding import Collector, MessageSearch
-from ..rows import created_column
+from ..rows import MAX_INTEGER, created_column
 from .control import with_transcript_state
 from .controlfile import Head, read_head
 from .layout import SessionFiles, scan
@@ -85,7 +94,7 @@ _SCHEMA = (
     # where each indexed line is in its transcript (no copy of it); session 0: a dead row
     # (its line changed or went away; its trigrams stay in texts until the file is made anew)
     ("CREATE TABLE lines (id INTEGER PRIMARY KEY, session INTEGER NOT NULL, position INTEGER NOT NULL, "
-     "created_at INTEGER, offset INTEGER NOT NULL, length INTEGER NOT NULL, digest INTEGER NOT NULL)"),
+     "bound INTEGER, offset INTEGER NOT NULL, length INTEGER NOT NULL, digest INTEGER NOT NULL)"),
     "CREATE INDEX lines_by_session ON lines (session)",
     f"CREATE VIRTUAL TABLE texts USING fts5(folded, {fts.TABLE_OPTIONS}, content='')",
     "CREATE TABLE meta (unicode TEXT NOT NULL)",
@@ -220,53 +229,32 @@ def _identity(st: os.stat_result) -> tuple[int, ...]:
     return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, os.getpid()
 
 
-# -- row ids in time order ----------------------------------------------------------------
-#: A row id is ``second << _K_BITS | k`` (``second``: ``created_at // 1000``; k: a free
-#: slot of that second, or the next free id above when its slots are taken), so that FTS5
-#: returns candidates newest first by reading its row ids backwards, and ids stay dense
-#: (FTS5 stores the gaps between them). A row's id never claims an earlier time than its
-#: own: :func:`_latest` of an id is at or after the ``created_at`` of its row, so stopping
-#: at the first id whose time cannot make the page is safe. Times from 0 to ``_TOP``
-#: seconds (the year 2500) are exact; later ones share the top (ties keep the search
-#: going); a message without a time or before 1970 gets a negative id (read last, never
-#: a reason to stop).
-_K_BITS = 8
-_TOP = (1 << 35) - 1
-_NEGATIVE = -1  # the key of the negative ids in _row_ids' cache
+# -- row ids ------------------------------------------------------------------------------
+#: Row ids are dense, in the order lines are indexed (FTS5 stores the gaps between the ids
+#: of a trigram's rows as varints: consecutive ids take one byte each, which keeps the
+#: table at about half the size that ids spread over time took). Each row also has a
+#: ``bound``: the largest ``created_at`` (clamped as :func:`created_column` does; NULL for
+#: none) of the rows with its id or a lower one. As ids only grow, a row's bound never
+#: changes once set, and a search that reads candidates by id descending may stop at the
+#: first whose bound cannot make its page: no lower id can either. Lines come in time
+#: order (a build takes sessions by modification time, lines of a session in file order,
+#: appends are the newest), so bounds are close to the rows' own times and the search
+#: stops early; a line out of order only makes it read on further, never miss a hit.
+class _Ids:
+    """The next row id and bound, for one transaction (read from the highest row once)."""
 
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        row = conn.execute("SELECT id, bound FROM lines ORDER BY id DESC LIMIT 1").fetchone()
+        self.next: int = row[0] + 1 if row is not None else 1
+        self.bound: int | None = row[1] if row is not None else None
 
-def _latest(rowid: int) -> int:
-    """The latest ``created_at`` (ms) a row with this (non-negative) id can have."""
-    return ((rowid >> _K_BITS) + 1) * 1000 - 1
-
-
-def _row_ids(conn: sqlite3.Connection, times: list[int | None], last: dict[int, int]) -> list[int]:
-    """A free row id for a line created at each of ``times``. ``last``: the base of a second
-    (or ``_NEGATIVE``) -> the last id taken from it, kept by the caller for the rest of its
-    transaction (its later calls then look up each second once)."""
-    out: list[int] = []
-    used: set[int] = set()
-    for created in times:
-        if created is None or created < 0:
-            if _NEGATIVE not in last:
-                row = conn.execute("SELECT min(id) FROM lines WHERE id < 0").fetchone()
-                last[_NEGATIVE] = row[0] if row[0] is not None else 0
-            rowid = last[_NEGATIVE] = last[_NEGATIVE] - 1  # downwards from -1
-            out.append(rowid)
-            continue
-        base = min(created // 1000, _TOP) << _K_BITS
-        if base not in last:
-            row = conn.execute("SELECT max(id) FROM lines WHERE id BETWEEN ? AND ?",
-                               (base, base | ((1 << _K_BITS) - 1))).fetchone()
-            last[base] = row[0] if row[0] is not None else base - 1
-        rowid = last[base] + 1
-        while rowid in used or (rowid > base | ((1 << _K_BITS) - 1)
-                                and conn.execute("SELECT 1 FROM lines WHERE id = ?", (rowid,)).fetchone()):
-            rowid += 1  # past its second's slots: the next free id (a later second's: never earlier)
-        last[base] = rowid
-        used.add(rowid)
-        out.append(rowid)
-    return out
+    def take(self, created: int | None) -> tuple[int, int | None]:
+        """``(id, bound)`` of a new row created at ``created`` (a :func:`created_column` value)."""
+        if created is not None and (self.bound is None or created > self.bound):
+            self.bound = created
+        rowid = self.next
+        self.next += 1
+        return rowid, self.bound
 
 
 # -- keeping it current ------------------------------------------------------------------
@@ -323,12 +311,12 @@ def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> 
             sid = int(conn.execute("INSERT INTO sessions (key, dev, ino, seq, mtime_ns, end_byte, lines, tail) "
                                    "VALUES (?, 0, 0, 0, 0, 0, 0, x'')", (files.key,)).lastrowid or 0)
         end = start
-        taken: dict[int, int] = {}
+        ids = _Ids(conn)
         dead: list[tuple[int]] = []  # ids of rows whose line changed
         moved: list[tuple[int, int]] = []  # (position, id) of kept rows whose line number changed
         for at, block, stop in line_blocks(fd, size, first=start):
             pos = len(BOM) if at == 0 and block.startswith(BOM) else 0
-            rows: list[tuple[int, int, int | None, int, int, int]] = []
+            rows: list[tuple[int, int, int, int | None, int, int, int]] = []
             texts: list[str] = []
             while pos < stop:
                 nl = block.index(b"\n", pos)
@@ -342,16 +330,17 @@ def _sync_session(conn: sqlite3.Connection, root: Root, files: SessionFiles) -> 
                         dead.append((old[0],))
                     found = fts.indexed(line)
                     if found is not None:
-                        rows.append((sid, number, created_column(found[0]), at + pos, nl - pos, _digest(line)))
+                        rowid, bound = ids.take(created_column(found[0]))
+                        rows.append((rowid, sid, number, bound, at + pos, nl - pos, _digest(line)))
                         texts.append(found[1])
                 number += 1
                 pos = nl + 1
             end = at + stop
             if rows:
-                ids = _row_ids(conn, [row[2] for row in rows], taken)
-                conn.executemany("INSERT INTO lines (id, session, position, created_at, offset, length, digest) "
-                                 "VALUES (?, ?, ?, ?, ?, ?, ?)", [(rowid, *row) for rowid, row in zip(ids, rows)])
-                conn.executemany("INSERT INTO texts (rowid, folded) VALUES (?, ?)", zip(ids, texts))
+                conn.executemany("INSERT INTO lines (id, session, position, bound, offset, length, digest) "
+                                 "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                conn.executemany("INSERT INTO texts (rowid, folded) VALUES (?, ?)",
+                                 zip([row[0] for row in rows], texts))
         dead += [(old[0],) for old in before.values()]  # the rows of lines no longer there
         if dead:
             conn.executemany("UPDATE lines SET session = 0 WHERE id = ?", dead)
@@ -379,7 +368,7 @@ def _forget(conn: sqlite3.Connection, sid: int) -> None:
     """Make a session's rows dead (in the caller's transaction). The table keeps no copy of
     a line, and a contentless FTS5 table can only delete a row given its text again: the
     row's trigrams stay in ``texts`` (a search skips them), and its id stays taken (never
-    given to another line), until the file is made anew (:func:`build` does when dead rows
+    given to another line: ids only grow), until the file is made anew (:func:`build` does when dead rows
     are :data:`DEAD_SHARE` of all)."""
     conn.execute("UPDATE lines SET session = 0 WHERE session = ?", (sid,))
 
@@ -421,7 +410,8 @@ def _sync(conn: sqlite3.Connection, root: Root, sessions: list[tuple[SessionFile
             conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
         conn.execute("COMMIT")
     out: dict[int, _Mark] = {}
-    for files, st in sessions:
+    # oldest change first: lines are indexed in about the order of their times (see _Ids)
+    for files, st in sorted(sessions, key=lambda item: item[1].st_mtime_ns):
         mark = marks.get(files.key)
         # Unchanged by its look (inode, time, size): current when its time is well before the
         # mark was taken (a later change would carry a later time: as git trusts a file whose
@@ -516,21 +506,23 @@ def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bo
                 wanted, present = _sessions(root, search)
                 marks = _sync(conn, root, wanted, present)
                 part = collector.fork()
-                # Row ids follow created_at (see _row_ids): FTS5 streams the candidates newest
-                # first without sorting them, and the confirmation stops once no later one can
-                # make the page. A byte test of the line rules out most trigram matches that
-                # hold no term before the line is decoded.
+                # FTS5 streams the candidates by row id descending without sorting them; the
+                # confirmation stops at the first whose bound (see _Ids) cannot make the page.
+                # A byte test of the line rules out most trigram matches that hold no term
+                # before the line is decoded.
                 may_hold = _byte_test(search.terms)
                 fetch = conn.cursor()
                 files = _Transcripts()
                 try:
                     for (rowid,) in conn.execute("SELECT rowid FROM texts WHERE texts MATCH ? ORDER BY rowid DESC",
                                                  (expr,)):
-                        if rowid >= 0 and part.past(_latest(rowid), _latest(_TOP << _K_BITS)):
+                        row = fetch.execute("SELECT session, position, offset, length, digest, bound FROM lines "
+                                            "WHERE id = ?", (rowid,)).fetchone()
+                        if row is None:
+                            continue
+                        if part.past(row[5], MAX_INTEGER):
                             break
-                        row = fetch.execute("SELECT session, position, offset, length, digest FROM lines WHERE id = ?",
-                                            (rowid,)).fetchone()
-                        mark = marks.get(row[0]) if row is not None else None
+                        mark = marks.get(row[0])
                         if mark is None:  # a dead row, or a session the search does not look at
                             continue
                         line = files.line(row[0], mark, row[2], row[3], row[4])
@@ -568,7 +560,7 @@ def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bo
 DEAD_SHARE = 0.25
 #: The FTS5 page size and SQLite page size of a file made anew (bigger pages: fewer of them
 #: to write and to read per trigram; measured in benchmarks/README.md).
-PAGE_SIZE = 16384
+PAGE_SIZE = 4096
 #: A build file (``<index>.build-<pid>``) not written for this long is a killed build's: removed.
 STALE_BUILD_NS = 600 * 1_000_000_000
 
@@ -594,14 +586,14 @@ def _make_anew(root: Root, replace: bool) -> None:
     The new file is private until it is renamed to the index's name, so it is written
     without a journal's syncs (``synchronous=OFF``, the rollback journal in memory) and
     with FTS5's automatic merges off (one ``optimize`` at the end merges its segments
-    into one); then it is fsynced, switched to WAL mode, fsynced and renamed into place,
+    into one, then a ``VACUUM`` drops the pages they took); then it is fsynced, switched to WAL mode, fsynced and renamed into place,
     and the directory fsynced. A build killed before the rename leaves its file and the old
-    index (or none), never a part of one: the next build removes the file once it is
+    index (or none, when killed between moving the old one aside and linking the new
+    one), never a part of one: the next build removes the file once it is
     :data:`STALE_BUILD_NS` old. Without ``replace``, a build never replaces an index another
     process made meanwhile (the name is taken with a hard link when the platform has them,
     else by a rename only while the name is free)."""
     path = path_of(root.path)
-    _remove_stale_builds(root.path)
     tmp = _build_path(path)
     _remove(tmp)
     os.close(os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600))
@@ -618,6 +610,7 @@ def _make_anew(root: Root, replace: bool) -> None:
             _sync(conn, root, *_sessions(root, None))
             conn.execute("INSERT INTO texts (texts) VALUES ('optimize')")
             conn.execute("INSERT INTO texts (texts, rank) VALUES ('automerge', 4)")  # FTS5's default, for updates
+            conn.execute("VACUUM")  # the pages of the segments optimize merged: a third of the file
             conn.execute("PRAGMA journal_mode = WAL")
         finally:
             conn.close()
@@ -627,8 +620,14 @@ def _make_anew(root: Root, replace: bool) -> None:
         finally:
             os.close(fd)
         if replace:
-            close_connections()
-            _remove(path)
+            close_connections()  # our last connection: checkpointed, its WAL file gone
+            for leftover in (path + "-wal", path + "-shm", path + "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(leftover)
+            # moved aside, then unlinked once the new one is in place (unlinking a big file can
+            # take a while: the index is missing only for the rename and the link)
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(path, tmp + ".old")
         elif not os.path.exists(path):
             for leftover in (path + "-wal", path + "-shm", path + "-journal"):  # of a dropped index: not ours
                 with contextlib.suppress(FileNotFoundError):
@@ -643,12 +642,15 @@ def _make_anew(root: Root, replace: bool) -> None:
         _platform.fsync_dir(root.path)
     finally:
         _remove(tmp)
+        _remove(tmp + ".old")
 
 
 def build(root: Root) -> Status:
     """Bring the index up to date: made anew (:func:`_make_anew`) when there is none, when it
     cannot be read or is of another version, or when dead rows are :data:`DEAD_SHARE` of
-    its rows; else every session brought up to date in place (per-session transactions)."""
+    its rows; else every session brought up to date in place (per-session transactions).
+    Removes the files of killed builds (:data:`STALE_BUILD_NS`)."""
+    _remove_stale_builds(root.path)
     with _opened(root.path, create=False) as conn:
         if conn is not None:
             dead, total = conn.execute("SELECT count(*) FILTER (WHERE session = 0), count(*) FROM lines").fetchone()
