@@ -460,7 +460,8 @@ class _Transcripts:
     def __init__(self) -> None:
         self._fds: dict[int, tuple[int, _Mark]] = {}
 
-    def line(self, sid: int, mark: _Mark, offset: int, length: int, digest: int) -> bytes:
+    def line(self, sid: int, mark: _Mark, offset: int, length: int) -> bytes:
+        """The ``length`` bytes at ``offset`` of the session's transcript."""
         opened = self._fds.get(sid)
         if opened is None:
             got = mark.files.open_transcript(os.O_RDONLY)
@@ -469,10 +470,14 @@ class _Transcripts:
             opened = self._fds[sid] = (got[0], mark)
             if (got[1].st_dev, got[1].st_ino) != (mark.dev, mark.ino):
                 raise _Moved(mark.files.key)
-        line = _platform.pread(opened[0], length, offset)
-        if len(line) != length or _digest(line) != digest:
+        return _platform.pread(opened[0], length, offset)
+
+    @staticmethod
+    def check_line(mark: _Mark, line: bytes, digest: int) -> None:
+        """:class:`_Moved` unless ``line`` is the line indexed (checked for the lines a search
+        offers: a candidate ruled out by its bytes is not a hit whatever it was)."""
+        if _digest(line) != digest:
             raise _Moved(mark.files.key)
-        return line
 
     def check(self) -> None:
         """:class:`_Moved` when a transcript read was changed in place meanwhile (the counter moved)."""
@@ -511,23 +516,21 @@ def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bo
                 # A byte test of the line rules out most trigram matches that hold no term
                 # before the line is decoded.
                 may_hold = _byte_test(search.terms)
-                fetch = conn.cursor()
                 files = _Transcripts()
                 try:
-                    for (rowid,) in conn.execute("SELECT rowid FROM texts WHERE texts MATCH ? ORDER BY rowid DESC",
-                                                 (expr,)):
-                        row = fetch.execute("SELECT session, position, offset, length, digest, bound FROM lines "
-                                            "WHERE id = ?", (rowid,)).fetchone()
-                        if row is None:
-                            continue
-                        if part.past(row[5], MAX_INTEGER):
+                    for sid, position, offset, length, digest, bound in conn.execute(
+                            "SELECT l.session, l.position, l.offset, l.length, l.digest, l.bound FROM texts "
+                            "JOIN lines l ON l.id = texts.rowid WHERE texts MATCH ? ORDER BY texts.rowid DESC",
+                            (expr,)):
+                        if part.past(bound, MAX_INTEGER):
                             break
-                        mark = marks.get(row[0])
+                        mark = marks.get(sid)
                         if mark is None:  # a dead row, or a session the search does not look at
                             continue
-                        line = files.line(row[0], mark, row[2], row[3], row[4])
+                        line = files.line(sid, mark, offset, length)
                         if may_hold(line):
-                            part.offer(mark.files.key, row[1], line, row[2])
+                            files.check_line(mark, line, digest)
+                            part.offer(mark.files.key, position, line, offset)
                     files.check()
                 finally:
                     files.close()

@@ -155,10 +155,10 @@ def test_a_line_changed_behind_the_stores_back_after_it_was_indexed_is_never_ans
     with open(transcript, "r+b") as f:
         data = f.read()
         f.seek(0)
-        f.write(data.replace("Straße".encode(), "Strafe".encode()))
+        f.write(data.replace("Straße".encode(), b"STRASSE"))  # as many bytes
     os.utime(transcript, ns=(st.st_atime_ns, st.st_mtime_ns))
     hits = store.search_messages("strasse", limit=500)
-    assert hits == _scan(store, "strasse") and len(hits.hits) < 4
+    assert hits == _scan(store, "strasse") and any("STRASSE" in h.snippet for h in hits.hits)
     assert "kept changing" in caplog.text
 
 
