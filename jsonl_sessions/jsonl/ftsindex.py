@@ -36,8 +36,8 @@ skipped by searches, until a build makes the file anew. Texts folded by another 
 version could make a term miss them: a file recording another version is made anew.
 Lines that are not messages or have no text are not indexed. Row ids are dense and
 each row carries a bound on the times of the rows up to it (:class:`_Ids`): FTS5 gives
-candidates by id descending and a search stops once no lower one can make its page. A file this process cannot open or write is left alone, and
-the search scans.
+candidates by id descending and a search stops once no lower one can make its page. A
+file this process cannot open or write is left alone, and the search scans.
 
 Cost of a search: an ``lstat`` of each session it looks at (the control file is read only
 for a transcript changed within :data:`RACY_NS` of its mark; sidecars only when the search

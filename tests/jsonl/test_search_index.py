@@ -354,3 +354,32 @@ def test_an_index_this_process_cannot_write_is_left_alone_and_the_scan_answers()
         assert os.path.exists(path)
     finally:
         shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_a_search_reads_its_candidates_lines_and_a_build_reads_each_transcript_once(tmp_path: pathlib.Path) -> None:
+    from syscalls import SyscallProbe
+
+    store = SessionStore(tmp_path / "store", durability="flush")
+    for i in range(20):
+        store.append_many(f"s{i}", [{"role": "user", "content": f"line {j} of session {i} " + "filler " * 20,
+                                     "created_at": 1_000_000 * i + j} for j in range(100)])
+    store.append("s7", {"role": "user", "content": "a XYLOPHONIST here", "created_at": 7_000_050})
+    size = 0
+    for i in range(20):  # changed long before the index looks at them: trusted by their look
+        transcript = os.path.join(store.root, f"s{i}.jsonl")
+        size += os.path.getsize(transcript)
+        os.utime(transcript, ns=(time.time_ns() - 3600 * 10**9,) * 2)
+    with SyscallProbe() as built:
+        build_index(store)
+    # each transcript read once, in blocks (plus the last bytes before each end, for the mark)
+    assert size <= sum(built.read_sizes) <= size + 20 * (64 + 4096)
+    store.search_messages("xylophonist")  # the index kept open, as by a long-lived process
+    with SyscallProbe() as searched:
+        hits = store.search_messages("xylophonist").hits
+    assert len(hits) == 1
+    # one candidate: one pread of its line, and the control file read once to check the counter
+    assert searched.seam["pread"] == 2 and sum(searched.read_sizes) < 200, searched.read_sizes
+    with SyscallProbe() as paged:
+        page = store.search_messages("filler", limit=5)
+    # newest first: the search stops once its page is full, after a few candidates
+    assert len(page.hits) == 5 and paged.seam["pread"] <= 5 + 3
