@@ -380,20 +380,43 @@ def _sessions(root: Root, search: MessageSearch | None) -> tuple[list[tuple[Sess
         everything = list(looks(root))
         return ([(f, lk.transcript) for f, lk in everything if search.wants_session(f.key, lk.meta)],
                 {f.key for f, _lk in everything})
-    entries, _controls = scan(root.path)
-    prefix = os.path.join(root.path, "")
+    listed = _listing(root.path)
     chosen = []
-    for key, stem in entries:
-        if search is not None and search.keys is not None and key not in search.keys:
+    for files in listed:
+        if search is not None and search.keys is not None and files.key not in search.keys:
             continue
-        files = SessionFiles.in_dir(prefix, root.path, key, stem)
         try:
             st = _platform.lstat(files.transcript)
         except OSError:  # gone meanwhile, or unreadable: as a listing, skipped
             continue
         if stat.S_ISREG(st.st_mode):
             chosen.append((files, st))
-    return chosen, {key for key, _stem in entries}
+    return chosen, {files.key for files in listed}
+
+
+#: This thread's last listing of each store's directory: ``{root: ((device, inode, mtime),
+#: when listed, files)}``.
+_LISTED = threading.local()
+
+
+def _listing(root: str) -> list[SessionFiles]:
+    """The files of every session in ``root`` (:func:`~jsonl_sessions.jsonl.layout.scan`),
+    the last listing reused while the directory is unchanged: same identity and
+    modification time, and that time :data:`RACY_NS` older than the listing (creating,
+    removing or renaming a file in it moves its time; one made within a clock tick of the
+    listing might not, so a directory changed that recently is listed again). One ``stat``
+    instead of a ``scandir`` and the decoding of every name."""
+    cache: dict[str, tuple[tuple[int, int, int], int, list[SessionFiles]]] = _LISTED.__dict__.setdefault("roots", {})
+    st = _platform.stat_of(root)
+    identity = (st.st_dev, st.st_ino, st.st_mtime_ns)
+    found = cache.get(root)
+    if found is not None and found[0] == identity and st.st_mtime_ns < found[1] - RACY_NS:
+        return found[2]
+    listed_ns = time.time_ns()  # before the listing: a change after it has a later time
+    prefix = os.path.join(root, "")
+    files = [SessionFiles.in_dir(prefix, root, key, stem) for key, stem in scan(root)[0]]
+    cache[root] = (identity, listed_ns, files)
+    return files
 
 
 def _sync(conn: sqlite3.Connection, root: Root, sessions: list[tuple[SessionFiles, os.stat_result]],
@@ -561,9 +584,11 @@ def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bo
 # -- building it anew ----------------------------------------------------------------------
 #: A build makes the file anew when dead rows (see :func:`_forget`) are this share of all rows.
 DEAD_SHARE = 0.25
-#: The FTS5 page size and SQLite page size of a file made anew (bigger pages: fewer of them
-#: to write and to read per trigram; measured in benchmarks/README.md).
+#: The SQLite page size of a file made anew (SQLite's default: larger pages made the file
+#: bigger and the build no faster; measured in benchmarks/README.md).
 PAGE_SIZE = 4096
+#: The page cache of a build (KiB): the pages FTS5 merges stay in memory.
+CACHE_KIB = 65536
 #: A build file (``<index>.build-<pid>``) not written for this long is a killed build's: removed.
 STALE_BUILD_NS = 600 * 1_000_000_000
 
@@ -606,9 +631,8 @@ def _make_anew(root: Root, replace: bool) -> None:
             conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
             conn.execute("PRAGMA journal_mode = MEMORY")
             conn.execute("PRAGMA synchronous = OFF")
-            conn.execute("PRAGMA cache_size = -65536")  # KiB: the pages FTS5 merges stay in memory
+            conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
             _make_schema(conn)
-            conn.execute(f"INSERT INTO texts (texts, rank) VALUES ('pgsz', {PAGE_SIZE - 64})")
             conn.execute("INSERT INTO texts (texts, rank) VALUES ('automerge', 0)")
             _sync(conn, root, *_sessions(root, None))
             conn.execute("INSERT INTO texts (texts) VALUES ('optimize')")

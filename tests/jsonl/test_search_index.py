@@ -373,7 +373,21 @@ def test_a_search_reads_its_candidates_lines_and_a_build_reads_each_transcript_o
         build_index(store)
     # each transcript read once, in blocks (plus the last bytes before each end, for the mark)
     assert size <= sum(built.read_sizes) <= size + 20 * (64 + 4096)
-    store.search_messages("xylophonist")  # the index kept open, as by a long-lived process
+    os.utime(store.root, ns=(time.time_ns() - 3600 * 10**9,) * 2)  # no session made or removed lately
+    store.search_messages("xylophonist")  # the index and the listing kept, as by a long-lived process
+    with SyscallProbe() as searched:
+        hits = store.search_messages("xylophonist").hits
+    assert len(hits) == 1
+    # the directory unchanged since the last search: not listed again (one stat), each session an lstat
+    assert searched.seam["scandir"] == 0 and searched.seam["stat_of"] == 1 and searched.seam["lstat"] == 20
+    store.append("new", {"role": "user", "content": "another xylophonist"})  # the directory changed
+    assert len(store.search_messages("xylophonist").hits) == 2
+    os.utime(store.root, ns=(time.time_ns() - 3600 * 10**9,) * 2)
+    assert len(store.search_messages("xylophonist").hits) == 2
+    store.delete_session("new")
+    assert len(store.search_messages("xylophonist").hits) == 1
+    os.utime(store.root, ns=(time.time_ns() - 3600 * 10**9,) * 2)
+    store.search_messages("xylophonist")
     with SyscallProbe() as searched:
         hits = store.search_messages("xylophonist").hits
     assert len(hits) == 1
