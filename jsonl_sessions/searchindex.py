@@ -82,9 +82,12 @@ def index_status(store: Any) -> IndexStatus:
 
 def build_index(store: Any, *, rebuild: bool = False) -> IndexStatus:
     """Create the store's index when missing and bring it up to date; with ``rebuild``,
-    drop it first. Safe to run while the store is in use, and to interrupt (a killed build
-    leaves a usable index: the next search or build goes on from it). Cost: O(store) the
-    first time; after that, a JSONL build reads what changed since."""
+    drop it first. Safe to run while the store is in use, and to interrupt (JSONL: a build
+    from nothing writes a file of its own and moves it into place once complete, so a
+    killed one leaves no index, or the old one, and searches scan; one bringing an index up
+    to date leaves it usable, and the next search or build goes on from it). Cost: O(store)
+    the first time; after that, a JSONL build reads what changed since (or makes the file
+    anew when a quarter of its entries are of lines that changed or went away)."""
     if isinstance(store, SessionStore):
         if rebuild:
             ftsindex.drop(store._root)
