@@ -24,7 +24,7 @@ transaction, so a process killed in the middle of an update leaves every session
 old or its new mark, both consistent: the next search goes on from there. A file that is
 not such an index (another version, damage) is deleted and built again. A build from
 nothing (:func:`build`) writes a private file and moves it into place once complete: a
-build killed before leaves the old index or none, never a part of one.
+build killed before leaves no index, never a part of one.
 
 **Layout.** The index keeps where each line is (session, line number, byte offset, length
 and a digest of its bytes), not a copy: a search reads each candidate from its
@@ -32,7 +32,8 @@ transcript and checks it (:class:`_Transcripts`). The FTS5 table is contentless 
 keeps which rows hold each trigram of a line's casefolded text, without positions
 (:mod:`jsonl_sessions.fts`). A contentless table can delete a row only given its text
 again, which is gone once its line changed: such a row becomes dead (:func:`_forget`),
-skipped by searches, until a build makes the file anew. Texts folded by another Unicode
+skipped by searches, until the file is made anew (``index build --rebuild``; never
+done behind the back of a process that may have the file open). Texts folded by another Unicode
 version could make a term miss them: a file recording another version is made anew.
 Lines that are not messages or have no text are not indexed. Row ids are dense and
 each row carries a bound on the times of the rows up to it (:class:`_Ids`): FTS5 gives
@@ -368,8 +369,8 @@ def _forget(conn: sqlite3.Connection, sid: int) -> None:
     """Make a session's rows dead (in the caller's transaction). The table keeps no copy of
     a line, and a contentless FTS5 table can only delete a row given its text again: the
     row's trigrams stay in ``texts`` (a search skips them), and its id stays taken (never
-    given to another line: ids only grow), until the file is made anew (:func:`build` does when dead rows
-    are :data:`DEAD_SHARE` of all)."""
+    given to another line: ids only grow), until the file is made anew (:func:`drop` then
+    :func:`build`: ``jsonl-sessions index build --rebuild``)."""
     conn.execute("UPDATE lines SET session = 0 WHERE session = ?", (sid,))
 
 
@@ -582,8 +583,6 @@ def find_messages(root: Root, search: MessageSearch, collector: Collector) -> bo
 
 
 # -- building it anew ----------------------------------------------------------------------
-#: A build makes the file anew when dead rows (see :func:`_forget`) are this share of all rows.
-DEAD_SHARE = 0.25
 #: The SQLite page size of a file made anew (SQLite's default: larger pages made the file
 #: bigger and the build no faster; measured in benchmarks/README.md).
 PAGE_SIZE = 4096
@@ -607,20 +606,19 @@ def _remove_stale_builds(root: str) -> None:
                     os.unlink(os.path.join(root, name))
 
 
-def _make_anew(root: Root, replace: bool) -> None:
-    """Index every session into a new file beside the index, then move it into place (with
-    ``replace``, in place of the index there, which stays in use until then).
+def _make_anew(root: Root) -> None:
+    """Index every session into a new file beside the index's name, then move it into place.
 
     The new file is private until it is renamed to the index's name, so it is written
     without a journal's syncs (``synchronous=OFF``, the rollback journal in memory) and
     with FTS5's automatic merges off (one ``optimize`` at the end merges its segments
-    into one, then a ``VACUUM`` drops the pages they took); then it is fsynced, switched to WAL mode, fsynced and renamed into place,
-    and the directory fsynced. A build killed before the rename leaves its file and the old
-    index (or none, when killed between moving the old one aside and linking the new
-    one), never a part of one: the next build removes the file once it is
-    :data:`STALE_BUILD_NS` old. Without ``replace``, a build never replaces an index another
-    process made meanwhile (the name is taken with a hard link when the platform has them,
-    else by a rename only while the name is free)."""
+    into one, then a ``VACUUM`` drops the pages they took); then it is fsynced, switched
+    to WAL mode, fsynced and renamed into place, and the directory fsynced. A build killed
+    before the rename leaves its file and no index, never a part of one: the next build
+    removes the file once it is :data:`STALE_BUILD_NS` old. A build never replaces an
+    index file (another process may have it open, and SQLite names a WAL file after its
+    database): when one was made meanwhile, it stands (the name is taken with a hard link
+    when the platform has them, else by a rename only while the name is free)."""
     path = path_of(root.path)
     tmp = _build_path(path)
     _remove(tmp)
@@ -646,16 +644,7 @@ def _make_anew(root: Root, replace: bool) -> None:
             _platform.fsync(fd)
         finally:
             os.close(fd)
-        if replace:
-            close_connections()  # our last connection: checkpointed, its WAL file gone
-            for leftover in (path + "-wal", path + "-shm", path + "-journal"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(leftover)
-            # moved aside, then unlinked once the new one is in place (unlinking a big file can
-            # take a while: the index is missing only for the rename and the link)
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(path, tmp + ".old")
-        elif not os.path.exists(path):
+        if not os.path.exists(path):
             for leftover in (path + "-wal", path + "-shm", path + "-journal"):  # of a dropped index: not ours
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(leftover)
@@ -669,22 +658,19 @@ def _make_anew(root: Root, replace: bool) -> None:
         _platform.fsync_dir(root.path)
     finally:
         _remove(tmp)
-        _remove(tmp + ".old")
 
 
 def build(root: Root) -> Status:
-    """Bring the index up to date: made anew (:func:`_make_anew`) when there is none, when it
-    cannot be read or is of another version, or when dead rows are :data:`DEAD_SHARE` of
-    its rows; else every session brought up to date in place (per-session transactions).
-    Removes the files of killed builds (:data:`STALE_BUILD_NS`)."""
+    """Bring the index up to date: made anew (:func:`_make_anew`) when there is none (or it
+    cannot be read, or is of another version), else every session brought up to date in
+    place (per-session transactions). Dead rows stay: :func:`drop` then :func:`build`
+    drops them. Removes the files of killed builds (:data:`STALE_BUILD_NS`)."""
     _remove_stale_builds(root.path)
     with _opened(root.path, create=False) as conn:
         if conn is not None:
-            dead, total = conn.execute("SELECT count(*) FILTER (WHERE session = 0), count(*) FROM lines").fetchone()
-            if not total or dead < DEAD_SHARE * total:
-                _sync(conn, root, *_sessions(root, None))
-                return status(root)
-    _make_anew(root, replace=conn is not None)  # none, unreadable, or too many dead rows
+            _sync(conn, root, *_sessions(root, None))
+            return status(root)
+    _make_anew(root)
     return status(root)
 
 

@@ -121,13 +121,14 @@ def test_a_changed_session_keeps_the_rows_of_the_lines_still_in_place(store: Ses
     _same(store, "strasse", "replaced", "nothing")
     assert {row for row in _rows(store) if row[1] == "b"} == before & after
     assert ftsindex.status(store._root).dead == 2
-    # dead rows stay out of answers; a build makes the file anew once they are a quarter of the rows
+    # dead rows stay out of answers, and in the file until a rebuild (a build never replaces it)
     store.rewrite_messages("c", [{"role": "user", "content": "deploy"}])
     assert ftsindex.status(store._root).dead == 2  # not seen yet
     _same(store, "deploy", "strasse")
-    assert ftsindex.status(store._root).dead == 8
-    status = build_index(store)
-    assert ftsindex.status(store._root).dead == 0 and status.entries == 6 + 5 + 1
+    assert index_status(store).dead_entries == 8
+    assert build_index(store).dead_entries == 8
+    status = build_index(store, rebuild=True)
+    assert status.dead_entries == 0 and status.entries == 6 + 5 + 1
     _same(store, "deploy", "strasse", "replaced")
 
 
@@ -274,27 +275,18 @@ def test_a_build_killed_midway_leaves_the_old_index_or_none(tmp_path: pathlib.Pa
         for i in range(40):
             store.rewrite_messages(f"s{i}", [{"role": "user", "content": f"update {trial} of {i} {j} Straße"}
                                              for j in range(120)])
-        before = ftsindex.status(store._root)
-        compacting = before.dead >= ftsindex.DEAD_SHARE * (before.dead + before.lines)
         ftsindex.close_connections()  # the WAL file is the worker's: it shows when the worker writes
         killed += _kill_while(store, rng, lambda: os.path.exists(path + "-wal"))
-        # in place: the index stays; made anew: the old one stays but for the instant between
-        # moving it aside and linking the new one
-        assert index_status(store).exists or compacting
+        assert index_status(store).exists
         _same(store, "strasse", f"update {trial}", "deploy")
-        assert index_status(store).stale_sessions == 0 or not index_status(store).exists
+        assert index_status(store).stale_sessions == 0
     assert killed >= 2, "the updates finished before they were killed: make the store bigger"
-    # the rows of rewritten lines are dead (a search never makes the file anew); past a share
-    # of all rows, a build does
-    for i in range(40):
-        store.rewrite_messages(f"s{i}", [{"role": "user", "content": f"update 3 of {i} {j} Straße"}
-                                         for j in range(120)])
-    _same(store, "update 3", "strasse")
-    assert ftsindex.status(store._root).dead >= 40 * 120
-    status = build_index(store)
+    # the rows of rewritten lines are dead, until a rebuild
+    assert index_status(store).dead_entries >= 2 * 40 * 120
+    status = build_index(store, rebuild=True)
     assert status.exists and status.stale_sessions == 0 and status.entries == 40 * 120
-    assert ftsindex.status(store._root).dead == 0
-    _same(store, "update 3", "strasse", "update 2")
+    assert status.dead_entries == 0
+    _same(store, "update 2", "strasse", "update 1")
 
 
 def test_pages_through_ties_and_times_the_row_ids_cannot_order(tmp_path: pathlib.Path) -> None:
