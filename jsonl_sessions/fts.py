@@ -5,15 +5,16 @@ finds the candidates of a search.
 The table indexes each message's searchable text casefolded
 (:func:`jsonl_sessions.matcher.searchable` then ``str.casefold``) with FTS5's ``trigram``
 tokenizer (case-sensitive: the text is already folded, so the tokenizer's own folding,
-which is not ``str.casefold``, never applies) and full detail (positions: a term is
-looked up as the phrase of its consecutive trigrams, which finds the rows holding it as
-a substring, with few rows that do not). The rows found are a superset of the rows that
-hold every term; the collector confirms each with the exact matcher, so an indexed search
-returns what a scan returns. A term shorter than three characters has no trigram: it is
-left to the confirmation, and a search with no term of three characters or more is
-answered by a scan. (``detail=none`` makes the index a third of the size and its build
-twice as fast, but then a term can only be the AND of its trigrams, which leaves ten
-times the candidates to confirm.)
+which is not ``str.casefold``, never applies) and ``detail=none``: the table keeps which
+rows hold each trigram, not where in them. A term is looked up as the AND of its
+trigrams, which finds every row holding it as a substring, and some rows that hold its
+trigrams apart. The rows found are a superset of the rows that hold every term; the
+collector confirms each with the exact matcher, so an indexed search returns what a scan
+returns. A term shorter than three characters has no trigram: it is left to the
+confirmation, and a search with no term of three characters or more is answered by a
+scan. (``detail=full`` would allow phrase queries of a term's consecutive trigrams, with
+fewer candidates to confirm, at about four times the size and more than twice the build
+time; measured in benchmarks/README.md.)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Iterable
 from . import matcher, records
 
 #: The FTS5 options of every search table.
-TABLE_OPTIONS = "tokenize='trigram case_sensitive 1', detail=full"
+TABLE_OPTIONS = "tokenize='trigram case_sensitive 1', detail=none, columnsize=0"
 
 
 def has_fts5() -> bool:
@@ -64,15 +65,20 @@ def indexed(line: bytes) -> tuple[int | None, str] | None:
     return record.get("created_at"), text.casefold().replace("\x00", " ")
 
 
+def trigrams(term: str) -> list[str]:
+    """The distinct trigrams of ``term`` (three consecutive characters; none when shorter), in order."""
+    return list(dict.fromkeys(term[i : i + 3] for i in range(len(term) - 2)))
+
+
 def match_expression(terms: Iterable[str]) -> str | None:
     """The FTS5 query whose rows are a superset of the rows holding every term (casefolded):
-    each term of three characters or more as a phrase (the trigram tokenizer makes it the
-    phrase of its consecutive trigrams); None when no term has three characters (the index
+    the AND of the trigrams of each term of three characters or more (each quoted: one
+    token of the trigram tokenizer); None when no term has three characters (the index
     cannot narrow the search). NUL is a space in the indexed text, so it is one here too."""
-    phrases = [t.replace("\x00", " ") for t in terms if len(t) >= 3]
-    if not phrases:
+    grams = [g for t in terms for g in trigrams(t.replace("\x00", " "))]
+    if not grams:
         return None
-    return " AND ".join('"' + p.replace('"', '""') + '"' for p in dict.fromkeys(phrases))
+    return " AND ".join('"' + g.replace('"', '""') + '"' for g in dict.fromkeys(grams))
 
 
-__all__ = ["TABLE_OPTIONS", "folded_text", "has_fts5", "indexed", "match_expression"]
+__all__ = ["TABLE_OPTIONS", "folded_text", "has_fts5", "indexed", "match_expression", "trigrams"]

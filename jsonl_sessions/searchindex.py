@@ -36,7 +36,7 @@ class IndexStatus:
     """What a store's index holds. ``entries``: messages with text indexed (-1: not
     counted); ``stale_sessions``: JSONL sessions changed since the index last saw them
     (the next search that looks at them brings them up to date); ``problem``: why there
-    is no index or why it is unhealthy, else None."""
+    is no index or why it is unhealthy, else None; ``dead_entries``: below."""
 
     backend: str
     exists: bool
@@ -45,6 +45,9 @@ class IndexStatus:
     bytes: int = 0
     stale_sessions: int = 0
     problem: str | None = None
+    #: JSONL: entries of lines that changed or went away, skipped by searches until the
+    #: index is built again with ``rebuild=True``.
+    dead_entries: int = 0
 
 
 def _is_postgres(store: Any) -> bool:
@@ -65,7 +68,7 @@ def index_status(store: Any) -> IndexStatus:
     if isinstance(store, SessionStore):
         found = ftsindex.status(store._root)
         return IndexStatus("jsonl", found.exists, found.path, found.lines if found.exists else 0, found.bytes,
-                           found.stale)
+                           found.stale, dead_entries=found.dead)
     if isinstance(store, SqliteSessionStore):
         with store._db.read() as c:
             got = sqlite_fts.status(c)
@@ -82,9 +85,12 @@ def index_status(store: Any) -> IndexStatus:
 
 def build_index(store: Any, *, rebuild: bool = False) -> IndexStatus:
     """Create the store's index when missing and bring it up to date; with ``rebuild``,
-    drop it first. Safe to run while the store is in use, and to interrupt (a killed build
-    leaves a usable index: the next search or build goes on from it). Cost: O(store) the
-    first time; after that, a JSONL build reads what changed since."""
+    drop it first. Safe to run while the store is in use, and to interrupt (JSONL: a build
+    from nothing writes a file of its own and moves it into place once complete, so a
+    killed one leaves no index and searches scan; one bringing an index up to date leaves
+    it usable, and the next search or build goes on from it). Cost: O(store) the first
+    time; after that, a JSONL build reads what changed since (``rebuild`` also drops the
+    entries of lines that changed or went away: ``dead_entries``)."""
     if isinstance(store, SessionStore):
         if rebuild:
             ftsindex.drop(store._root)

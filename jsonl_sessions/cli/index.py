@@ -32,6 +32,8 @@ def _show(args: argparse.Namespace, status: IndexStatus, extra: dict[str, object
         out(f"size: {status.bytes} bytes")
         if status.backend == "jsonl":
             out(f"sessions changed since indexed: {status.stale_sessions} (the next search brings them up to date)")
+            if status.dead_entries:
+                out(f"entries of lines changed or removed: {status.dead_entries} (skipped; --rebuild drops them)")
     for name, value in (extra or {}).items():
         out(f"{name}: {value}")
     if status.problem:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import pytest
 from sigkill import ENV
@@ -105,6 +106,63 @@ def test_appends_are_indexed_from_the_mark_and_rewrites_index_the_session_again(
     assert {key for _id, key, _pos in _rows(store)} == {"a", "b"}  # a deleted session leaves the index
 
 
+def test_a_changed_session_keeps_the_rows_of_the_lines_still_in_place(store: SessionStore) -> None:
+    # the index holds where each line is, not a copy: a session changed in place is read again
+    # and the lines at the same offset with the same bytes keep their rows
+    build_index(store)
+    before = {row for row in _rows(store) if row[1] == "b"}
+    store.update_last("b", {"role": "user", "content": "replaced straße"})
+    _same(store, "strasse", "replaced", "nothing")
+    after = {row for row in _rows(store) if row[1] == "b"}
+    assert len(before) == len(after) == 6
+    assert len(before & after) == 5  # one line changed: one new row, the other five kept
+    assert ftsindex.status(store._root).dead == 1
+    store.remove_last("b")
+    _same(store, "strasse", "replaced", "nothing")
+    assert {row for row in _rows(store) if row[1] == "b"} == before & after
+    assert ftsindex.status(store._root).dead == 2
+    # dead rows stay out of answers, and in the file until a rebuild (a build never replaces it)
+    store.rewrite_messages("c", [{"role": "user", "content": "deploy"}])
+    assert ftsindex.status(store._root).dead == 2  # not seen yet
+    _same(store, "deploy", "strasse")
+    assert index_status(store).dead_entries == 8
+    assert build_index(store).dead_entries == 8
+    status = build_index(store, rebuild=True)
+    assert status.dead_entries == 0 and status.entries == 6 + 5 + 1
+    _same(store, "deploy", "strasse", "replaced")
+
+
+def test_an_index_of_an_earlier_version_is_made_anew(store: SessionStore, caplog: pytest.LogCaptureFixture) -> None:
+    build_index(store)
+    ftsindex.close_connections()
+    conn = sqlite3.connect(ftsindex.path_of(store.root))
+    conn.execute(f"PRAGMA user_version = {ftsindex.VERSION - 1}")
+    conn.execute("INSERT INTO texts (texts) VALUES ('delete-all')")  # it would answer nothing
+    conn.commit()
+    conn.close()
+    _same(store, "strasse", "deploy")
+    assert "not a search index of this version" in caplog.text
+    assert index_status(store).entries == 18
+
+
+def test_a_line_changed_behind_the_stores_back_after_it_was_indexed_is_never_answered(
+        store: SessionStore, caplog: pytest.LogCaptureFixture) -> None:
+    # edited in place by another program, with the same length, size and time: the mark holds
+    # (the counter did not move), but the line read is checked against its digest
+    build_index(store)
+    assert len(store.search_messages("strasse").hits) == 4
+    transcript = os.path.join(store.root, "a.jsonl")
+    st = os.stat(transcript)
+    with open(transcript, "r+b") as f:
+        data = f.read()
+        f.seek(0)
+        f.write(data.replace("Straße".encode(), b"STRASSE"))  # as many bytes
+    os.utime(transcript, ns=(st.st_atime_ns, st.st_mtime_ns))
+    hits = store.search_messages("strasse", limit=500)
+    assert hits == _scan(store, "strasse") and any("STRASSE" in h.snippet for h in hits.hits)
+    assert "kept changing" in caplog.text
+
+
 def test_a_change_of_the_same_size_within_one_clock_tick_is_seen(store: SessionStore) -> None:
     # update_last with a message of the same length: size (and maybe mtime) unchanged, the
     # control counter moved
@@ -167,8 +225,29 @@ print("done", flush=True)
 """
 
 
+def _kill_while(store: SessionStore, rng: random.Random, written: Callable[[], bool]) -> bool:
+    """Run a build in a subprocess and SIGKILL it at a random moment once ``written()``;
+    whether it was killed before it finished."""
+    proc = subprocess.Popen([sys.executable, "-c", _WORKER, store.root], stdout=subprocess.PIPE, env=ENV)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"start\n"
+    deadline = time.monotonic() + 30
+    while not written() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.001)
+    time.sleep(rng.uniform(0, 0.05))
+    proc.send_signal(signal.SIGKILL)
+    out = proc.stdout.read()
+    proc.wait()
+    proc.stdout.close()
+    return proc.returncode == -signal.SIGKILL and b"done" not in out
+
+
+def _builds(store: SessionStore) -> list[str]:
+    return [n for n in os.listdir(store.root) if n.startswith(ftsindex.INDEX_NAME + ".build-")]
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
-def test_a_build_killed_midway_leaves_a_usable_index(tmp_path: pathlib.Path) -> None:
+def test_a_build_killed_midway_leaves_the_old_index_or_none(tmp_path: pathlib.Path) -> None:
     store = SessionStore(tmp_path / "store", durability="flush")
     rng = random.Random(int(os.environ.get("JSONL_SESSIONS_SEED", "7")))
     for i in range(40):
@@ -177,29 +256,37 @@ def test_a_build_killed_midway_leaves_a_usable_index(tmp_path: pathlib.Path) -> 
     path = ftsindex.path_of(store.root)
     killed = 0
     for trial in range(3):
-        ftsindex.drop(store._root)  # each worker builds from nothing
-        proc = subprocess.Popen([sys.executable, "-c", _WORKER, store.root], stdout=subprocess.PIPE, env=ENV)
-        assert proc.stdout is not None
-        assert proc.stdout.readline() == b"start\n"
-        # wait until it wrote into the index, then kill it at a random moment
-        deadline = time.monotonic() + 30
-        while not os.path.exists(path + "-wal") and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.001)
-        time.sleep(rng.uniform(0, 0.05))
-        proc.send_signal(signal.SIGKILL)
-        out = proc.stdout.read()
-        proc.wait()
-        proc.stdout.close()
-        killed += proc.returncode == -signal.SIGKILL and b"done" not in out
-        # usable as it is: the next search goes on from the sessions indexed and answers as the scan
-        assert index_status(store).exists
-        _same(store, "strasse", f"number {trial}", "deploy")
-        assert index_status(store).stale_sessions == 0
+        # a build from nothing writes a file of its own, moved into place once complete
+        ftsindex.drop(store._root)
+        killed += _kill_while(store, rng, lambda: bool(_builds(store)))
+        if os.path.exists(path):  # killed after the move: complete
+            assert index_status(store).stale_sessions == 0
+        _same(store, "strasse", f"number {trial}", "deploy")  # with the index or by a scan
         store.append(f"s{trial}", {"role": "user", "content": f"after kill {trial}"})
     assert killed >= 2, "the builds finished before they were killed: make the store bigger"
+    for name in _builds(store):  # a killed build's file, removed by a build once it is old
+        os.utime(os.path.join(store.root, name), ns=(0, 0))
     status = build_index(store)
     assert status.exists and status.stale_sessions == 0 and status.entries == 40 * 120 + 3
-    _same(store, "after kill", "strasse")
+    assert _builds(store) == []
+    # an index being brought up to date in place (per-session transactions) killed midway: usable as it is
+    killed = 0
+    for trial in range(3):
+        for i in range(40):
+            store.rewrite_messages(f"s{i}", [{"role": "user", "content": f"update {trial} of {i} {j} Straße"}
+                                             for j in range(120)])
+        ftsindex.close_connections()  # the WAL file is the worker's: it shows when the worker writes
+        killed += _kill_while(store, rng, lambda: os.path.exists(path + "-wal"))
+        assert index_status(store).exists
+        _same(store, "strasse", f"update {trial}", "deploy")
+        assert index_status(store).stale_sessions == 0
+    assert killed >= 2, "the updates finished before they were killed: make the store bigger"
+    # the rows of rewritten lines are dead, until a rebuild
+    assert index_status(store).dead_entries >= 2 * 40 * 120
+    status = build_index(store, rebuild=True)
+    assert status.exists and status.stale_sessions == 0 and status.entries == 40 * 120
+    assert status.dead_entries == 0
+    _same(store, "update 2", "strasse", "update 1")
 
 
 def test_pages_through_ties_and_times_the_row_ids_cannot_order(tmp_path: pathlib.Path) -> None:
@@ -259,3 +346,46 @@ def test_an_index_this_process_cannot_write_is_left_alone_and_the_scan_answers()
         assert os.path.exists(path)
     finally:
         shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_a_search_reads_its_candidates_lines_and_a_build_reads_each_transcript_once(tmp_path: pathlib.Path) -> None:
+    from syscalls import SyscallProbe
+
+    store = SessionStore(tmp_path / "store", durability="flush")
+    for i in range(20):
+        store.append_many(f"s{i}", [{"role": "user", "content": f"line {j} of session {i} " + "filler " * 20,
+                                     "created_at": 1_000_000 * i + j} for j in range(100)])
+    store.append("s7", {"role": "user", "content": "a XYLOPHONIST here", "created_at": 7_000_050})
+    size = 0
+    for i in range(20):  # changed long before the index looks at them: trusted by their look
+        transcript = os.path.join(store.root, f"s{i}.jsonl")
+        size += os.path.getsize(transcript)
+        os.utime(transcript, ns=(time.time_ns() - 3600 * 10**9,) * 2)
+    with SyscallProbe() as built:
+        build_index(store)
+    # each transcript read once, in blocks (plus the last bytes before each end, for the mark)
+    assert size <= sum(built.read_sizes) <= size + 20 * (64 + 4096)
+    os.utime(store.root, ns=(time.time_ns() - 3600 * 10**9,) * 2)  # no session made or removed lately
+    store.search_messages("xylophonist")  # the index and the listing kept, as by a long-lived process
+    with SyscallProbe() as searched:
+        hits = store.search_messages("xylophonist").hits
+    assert len(hits) == 1
+    # the directory unchanged since the last search: not listed again (one stat), each session an lstat
+    assert searched.seam["scandir"] == 0 and searched.seam["stat_of"] == 1 and searched.seam["lstat"] == 20
+    store.append("new", {"role": "user", "content": "another xylophonist"})  # the directory changed
+    assert len(store.search_messages("xylophonist").hits) == 2
+    os.utime(store.root, ns=(time.time_ns() - 3600 * 10**9,) * 2)
+    assert len(store.search_messages("xylophonist").hits) == 2
+    store.delete_session("new")
+    assert len(store.search_messages("xylophonist").hits) == 1
+    os.utime(store.root, ns=(time.time_ns() - 3600 * 10**9,) * 2)
+    store.search_messages("xylophonist")
+    with SyscallProbe() as searched:
+        hits = store.search_messages("xylophonist").hits
+    assert len(hits) == 1
+    # one candidate: one pread of its line, and the control file read once to check the counter
+    assert searched.seam["pread"] == 2 and sum(searched.read_sizes) < 200, searched.read_sizes
+    with SyscallProbe() as paged:
+        page = store.search_messages("filler", limit=5)
+    # newest first: the search stops once its page is full, after a few candidates
+    assert len(page.hits) == 5 and paged.seam["pread"] <= 5 + 3

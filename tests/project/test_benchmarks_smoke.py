@@ -213,9 +213,11 @@ def test_search_benchmark_runs_and_reports_every_goal(tmp_path: pathlib.Path, ca
             "--json", str(results)]
     assert search.main(argv) == 0
     data = json.loads(results.read_text(encoding="utf-8"))
-    assert {r["group"] for r in data["rows"]} == {"ascii", "mixed", "index"}
-    assert {g["need"] for g in data["goals"]} == {"<= 5x", "<= 2x", "<= 50 ms", ">= 50x"}
-    assert data["figures"]["index_bytes"] > 0 and data["figures"]["indexed_messages"] > 0
+    assert {r["group"] for r in data["rows"]} == {"ascii", "mixed", "natural", "index-mixed", "index-natural"}
+    assert {g["need"] for g in data["goals"]} == {"<= 5x", "<= 2x", "<= 50 ms", ">= 50x", "-"}
+    for name in ("mixed", "natural"):
+        assert data["figures"][f"{name}_index_bytes"] > 0 and data["figures"][f"{name}_indexed_messages"] > 0
+        assert data["figures"][f"{name}_floor_insert_ns"] > 0
     out = capsys.readouterr().out
     for goal in data["goals"]:
         assert goal["goal"] in out
