@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from jsonl_sessions import ChatMessage, InvalidMessageError, codec, ids
+from jsonl_sessions import ChatMessage, InvalidMessageError, SerializationError, codec, ids
 from jsonl_sessions.testing.strategies import json_values
 from jsonl_sessions.types import RESERVED_FIELDS, as_message, from_record
 
@@ -127,3 +127,41 @@ def test_a_bad_dict_is_refused_with_the_reason(bad: dict[Any, Any]) -> None:
     with pytest.raises(InvalidMessageError) as expected:
         ChatMessage.from_dict(bad)
     assert str(got.value) == str(expected.value)
+
+
+_NOT_JSON = st.sampled_from([float("nan"), float("inf"), -float("inf"), {1, 2}, b"bytes", object(), {1: "int key"}])
+
+
+def _outcome(encode: Any) -> tuple[str, Any]:
+    """What an encoder gives: its bytes, or its error's type and fields."""
+    try:
+        return "line", encode()
+    except (SerializationError, InvalidMessageError) as exc:
+        return type(exc).__name__, (exc.key, getattr(exc, "reason", None))
+
+
+@given(content=json_values() | _NOT_JSON | st.lists(json_values() | _NOT_JSON, max_size=3),
+       extra=st.dictionaries(st.sampled_from(["tool_call_id", "meta", "n"]), json_values() | _NOT_JSON, max_size=2),
+       slack=st.integers(-1, 1), kind=st.sampled_from(["message", "compaction"]))
+def test_the_three_encoders_write_and_refuse_alike(content: Any, extra: dict[str, Any], slack: int, kind: str) -> None:
+    # encode_record (one line), encode_line (the append's, written out for speed) and
+    # encode_records (a rewrite's, the same) hold the same checks in three places: they must
+    # give the same bytes, or refuse with the same error, for any message and size limit.
+    message = ChatMessage("user", content, kind=kind, extra=extra)
+    message_id, created_at = "01J0000000000000000000000A", 1_700_000_000_000
+    try:  # the limit at, just under or just over the line's length
+        limit = len(codec.encode_record(codec.record_of(message, message_id, created_at))) + slack
+    except SerializationError:
+        limit = 100
+
+    def model() -> bytes:
+        line = codec.encode_record(codec.record_of(message, message_id, created_at), "k")
+        if len(line) > limit:
+            raise InvalidMessageError(key="k", message_id=message_id,
+                                      reason=f"message is {len(line)} bytes, over max_message_bytes={limit}")
+        return line
+
+    want = _outcome(model)
+    assert _outcome(lambda: codec.encode_line(message, message_id, created_at, "k", limit)) == want
+    record = codec.record_of(message, message_id, created_at)
+    assert _outcome(lambda: codec.encode_records([record], "k", limit)[0]) == want
