@@ -92,6 +92,26 @@ def pretty_json(value: Any, *, compact: bool = False) -> str:
         return visible(repr(value))
 
 
+def said_at(message: ChatMessage) -> int | None:
+    """When ``message`` was said (ms), the time every output shows: its ``created_at``, or,
+    for a line holding a Claude Code entry (``extra["claude"]``, as ``import --from
+    claude-code`` and the Claude Agent SDK adapter store them, whose ``created_at`` is the
+    time the entry was stored), the entry's own ISO 8601 ``timestamp`` when it has one
+    that parses."""
+    entry = message.extra.get("claude")
+    if isinstance(entry, dict):
+        stamp = entry.get("timestamp")
+        if isinstance(stamp, str):
+            try:
+                when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+            except ValueError:
+                return message.created_at
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            return int(when.timestamp() * 1000)
+    return message.created_at
+
+
 def utc_text(ms: int | None) -> str:
     """``created_at`` as ``YYYY-MM-DD HH:MM:SS UTC``; "" when unknown or out of range."""
     when = datetime_of_ms(ms)
@@ -250,11 +270,13 @@ def view(message: ChatMessage, *, cut: bool = True, compact: bool = False) -> Me
     name = extra.get("name")
     content, uses, results = _blocks(message.content)
 
+    said = said_at(message)
+
     def shown(parts: list[Part], result_for: str | None) -> MessageView:
         return MessageView(
             id=message.id, role=visible(role), role_class=role if role in ROLES else "other",
-            kind=visible(message.kind), created_at=message.created_at, time=utc_text(message.created_at),
-            iso=iso_text(message.created_at), name=visible(name) if isinstance(name, str) else "",
+            kind=visible(message.kind), created_at=message.created_at, time=utc_text(said),
+            iso=iso_text(said), name=visible(name) if isinstance(name, str) else "",
             parts=parts, result_for=visible(result_for) if result_for is not None else None)
 
     main = shown(parts_of(content, prose=result_for is None and role != "tool", limit=limit, compact=compact),
@@ -365,4 +387,4 @@ def raw_json(message: ChatMessage) -> str:
 
 
 __all__ = ["HOLD", "MAX_TEXT", "ROLES", "MessageView", "Part", "ToolCall", "clean", "iso_text", "parts_of",
-           "pretty_json", "raw_json", "stream_views", "utc_text", "view", "views", "visible"]
+           "pretty_json", "raw_json", "said_at", "stream_views", "utc_text", "view", "views", "visible"]

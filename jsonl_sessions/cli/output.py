@@ -95,7 +95,7 @@ def message_header(m: ChatMessage) -> str:
         parts[0] += f" ({short(name, 40)})"
     if m.kind != "message":
         parts.append(f"[{short(m.kind, 30)}]")
-    parts.append(when(m.created_at))
+    parts.append(when(display.said_at(m)))
     parts.append(clean(m.id, one_line=True) or "(no id)")
     call = m.extra.get("tool_call_id")
     if isinstance(call, str):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -127,3 +128,19 @@ def test_clean_and_visible_equal_their_plain_translation(text: str, one_line: bo
     expected = text.translate(controls).encode("utf-8", "backslashreplace").decode("utf-8")
     assert display.clean(text, one_line=one_line) == expected
     assert display.visible(text, one_line=one_line) == expected.translate(display._BIDI)
+
+
+@pytest.mark.parametrize("entry, want", [
+    ({"timestamp": "2026-01-05T10:00:01.250Z"}, 1_767_607_201_250),  # a Claude Code entry: its own time
+    ({"timestamp": "2026-01-05T11:00:01.250+01:00"}, 1_767_607_201_250),
+    ({"timestamp": "2026-01-05T10:00:01"}, 1_767_607_201_000),  # no zone: UTC
+    ({"timestamp": "yesterday"}, 42),  # not a time: the stored one
+    ({"timestamp": 5}, 42),
+    ({}, 42),
+    ("not an entry", 42),
+])
+def test_a_claude_code_entry_shows_when_it_was_said(entry: object, want: int) -> None:
+    message = ChatMessage("user", "hi", created_at=42, extra={"claude": entry})
+    assert display.said_at(message) == want
+    assert display.view(message).time == display.utc_text(want)
+    assert display.said_at(ChatMessage("user", "hi", created_at=42)) == 42

@@ -71,6 +71,8 @@ def test_a_claude_code_projects_folder_is_shown_from_memory(folders: pathlib.Pat
     assert code == 0
     assert "<strong>parse_line()</strong>" in page["body"]
     assert "Renamed &lt;script&gt;window.x=1&lt;/script&gt;." in page["body"]
+    # each message shows when it was said in Claude Code, not when the folder was read
+    assert "2026-01-05 10:00:01 UTC" in page["body"] and "2026-01-05 10:00:02 UTC" in page["body"]
     code, page = _get(capsys, where, "--from", "claude-code", "--get", "/search?q=another")
     assert code == 0 and "claude/-work-lib/" in page["body"]
     assert _tree(folders) == before  # nothing written, in the folder or next to it
