@@ -35,7 +35,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from . import ansi, records
+from . import records
 
 #: The most characters of a snippet (more only when the first match alone is longer).
 SNIPPET_CHARS = 200
@@ -126,6 +126,8 @@ def pieces(text: str, matches: Iterable[Span]) -> list[tuple[str, bool]]:
     marked)`` pairs in order, each without the characters of the text's terminal escape
     sequences (a match inside one is not shown); empty pieces are left out. Control
     characters stay: the caller makes them visible. Cost: O(length of the text)."""
+    from . import ansi  # here: only the outputs cut snippets, and `import jsonl_sessions` stays lean
+
     hidden = ansi.spans(text)
 
     def shown(start: int, end: int) -> str:
