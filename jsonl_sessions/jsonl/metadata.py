@@ -257,8 +257,10 @@ def listing(root: Root, spec: Listing) -> SessionList:
     sidebar (``sort="updated_at", limit=50``) costs two ``lstat`` a session plus the
     full look at about 51 of them, instead of eight system calls a session. A session
     whose files are unchanged since this store object's last listing costs three
-    ``lstat`` instead of a full look (:mod:`jsonl_sessions.jsonl.listcache`; by
-    ``updated_at``, the two of the order and one of its lock file).
+    ``lstat`` instead of a full look (:mod:`jsonl_sessions.jsonl.listcache`); a full
+    listing by ``updated_at`` hands the two of its order on, so such a session costs
+    one more (its lock file's), while a page takes the three again for the few sessions
+    it looks at.
 
     The page is ordered by the values read before its sessions were looked at, and the
     next cursor names that position: a session written during the call shows its newer
