@@ -8,7 +8,7 @@ import os
 import pathlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from _budget import sized
@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from syscalls import SyscallProbe
 
 from jsonl_sessions import ChatMessage, SessionStore
+from jsonl_sessions.jsonl import listcache
 from jsonl_sessions.jsonl.control import RECORD_OFFSET, Moves, encode_record
 from jsonl_sessions.jsonl.listcache import Seen
 from jsonl_sessions.keys import key_to_stem
@@ -263,3 +264,17 @@ def test_a_store_object_that_lists_again_lists_what_a_new_one_lists(
             assert got == _fresh(writer, sort="name"), step
             assert lister.list_sessions_with_metadata() == _fresh(writer)
     event(f"sessions reused: {min(reused, 3)}+")
+
+
+def test_the_memory_kept_is_bounded_by_max_entries() -> None:
+    # A store of more sessions than MAX_ENTRIES keeps nothing, and a cache that fills up
+    # starts over instead of growing.
+    seen = Seen()
+    assert not seen.begin(10).keeping  # the first listing of a store object keeps nothing
+    assert seen.begin(10).keeping and seen.begin(listcache.MAX_ENTRIES).keeping
+    assert not seen.begin(listcache.MAX_ENTRIES + 1).keeping
+    entry = cast(listcache.Entry, object())
+    for i in range(3):
+        seen.put(f"s{i}", entry)
+    seen.replace({f"s{i}": entry for i in range(listcache.MAX_ENTRIES + 1)})
+    assert len(seen) == 0
