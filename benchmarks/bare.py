@@ -10,15 +10,15 @@ benchmarks/README.md), in the same order:
   of it: a retired mark, a visible end, an odd counter or a roll-forward record would
   each stop the fast path (recovery is not modelled: it raises);
 - ``lstat`` of the transcript: the kept descriptor must still be the same regular file,
-  with the size and mtime it had after the last append, and the counter as then (the
-  last line, id and "no torn tail" kept in memory are then still current);
+  with the size it had after the last append, and the counter as then (the last line,
+  id and "no torn tail" kept in memory are then still current);
 - a ULID after the last one (monotonic: a fresh one, or the last plus a random step);
   the message checked as the store checks it (role, id, kind, ``created_at``, extras),
   encoded by orjson with the NaN check and the size limit;
-- one ``write`` (rolled back by ``ftruncate`` if it fails), ``fstat`` for the new size
-  and mtime, the count cache written when it was current, ``flock(LOCK_UN)``: 7 calls;
-- ``"fsync"``: the visible end written before the write, the ``fstat`` before an
-  ``fsync``, then one ``pwrite`` clearing the visible end and writing the count cache: 9.
+- one ``write`` (rolled back by ``ftruncate`` if it fails), the count cache written when
+  it was current, ``flock(LOCK_UN)``: 6 calls (the new size is the old one plus the line);
+- ``"fsync"``: the visible end written before the write, an ``fsync``, then one ``pwrite``
+  clearing the visible end and writing the count cache: 8.
 
 A measurement aid, never used by the package. ``python -m benchmarks.appendpath`` times it
 next to the store."""
@@ -59,7 +59,7 @@ class BareAppend:
     :meth:`append`; ``durable``: the ``"fsync"`` mode's calls."""
 
     def __init__(self, directory: str, durable: bool, max_message_bytes: int = 64 << 20, *,
-                 seam: bool = False, one_stat: bool = False, no_count: bool = False, mapped: bool = False) -> None:
+                 seam: bool = False, fstat: bool = False, no_count: bool = False, mapped: bool = False) -> None:
         self.path = os.path.join(directory, "bare.jsonl")
         self.lock_path = os.path.join(directory, "bare.lock")
         self.durable = durable
@@ -74,17 +74,18 @@ class BareAppend:
         self.last = 0  # the last id's value (0: none yet)
         self.top, self.head = -1, ""  # the upper 78 bits of the last id and their 16 characters
         # The count cache of the empty transcript (the store writes one with the first append).
-        os.pwrite(self.lock_fd, _COUNT.pack(st.st_ino, 0, st.st_mtime_ns, 0, 0), 16)
-        # Variants, each dropping or replacing system calls, to measure what that buys (they
-        # give up guarantees: see benchmarks/README.md): every call through the store's
-        # platform seam (no call dropped); no fstat after the write (the next lstat checks
-        # the size only); no count cache written; the control file read and written
-        # through a mapping instead of pread / pwrite.
+        os.pwrite(self.lock_fd, _COUNT.pack(st.st_ino, 0, 0, 0, 0), 16)
+        # Variants, each adding, dropping or replacing system calls, to measure what that
+        # costs or buys (those dropping one give up guarantees: see benchmarks/README.md):
+        # every call through the store's platform seam (no call dropped); an fstat after
+        # the write, its mtime compared by the next append (the 7 calls of earlier
+        # versions); no count cache written; the control file read and written through a
+        # mapping instead of pread / pwrite.
         calls: Any = os
         if seam:
             from jsonl_sessions import _platform as calls
         self._lstat, self._fstat, self._pread, self._pwrite = calls.lstat, calls.fstat, calls.pread, calls.pwrite
-        self.one_stat, self.no_count = one_stat, no_count
+        self.with_fstat, self.no_count = fstat, no_count
         self.mapping = mmap.mmap(self.lock_fd, _FIXED.size) if mapped else None
 
     def close(self) -> None:
@@ -122,10 +123,13 @@ class BareAppend:
                 if not stat.S_ISREG(st.st_mode) or st.st_ino != self.ino or st.st_dev != self.dev:
                     raise NotImplementedError("reopening the path is not modelled")
                 size = st.st_size
-                if size != self.size or (st.st_mtime_ns != self.mtime and not self.one_stat) or seq != self.seq:
+                if size != self.size or (self.with_fstat and st.st_mtime_ns != self.mtime) or seq != self.seq:
                     raise NotImplementedError("reading the tail again is not modelled")
-                counted = c_lines if (c_ino == st.st_ino and c_size == size and c_mtime == st.st_mtime_ns
-                                      and c_seq == seq) else -1
+                if self.with_fstat:
+                    counted = c_lines if (c_ino == st.st_ino and c_size == size and c_mtime == st.st_mtime_ns
+                                          and c_seq == seq) else -1
+                else:
+                    counted = c_lines if c_ino == st.st_ino and c_size == size and c_seq == seq else -1
                 now = time.time_ns() // 1_000_000
                 value = (now << 80) | random.getrandbits(80)
                 if value <= self.last:
@@ -158,31 +162,32 @@ class BareAppend:
                     raise ValueError("too long")
                 fd = self.fd
                 try:
-                    if self.durable:  # visible end; write; fstat; fsync; visible end cleared + count cache
+                    new_size = size + len(line)
+                    if self.durable:  # visible end; write; fsync; visible end cleared + count cache
                         self._pwrite(lock_fd, _U64.pack(size + 1), 0)
                         if os.write(fd, line) != len(line):
                             raise OSError("short write")
-                        st = self._fstat(fd)
+                        mtime = self._fstat(fd).st_mtime_ns if self.with_fstat else 0
                         os.fsync(fd)
-                        if counted >= 0 and st.st_size == size + len(line):
-                            self._pwrite(lock_fd, _FIXED.pack(0, seq, st.st_ino, st.st_size, st.st_mtime_ns,
-                                                              counted + 1, seq), 0)
+                        if counted >= 0:
+                            self._pwrite(lock_fd, _FIXED.pack(0, seq, st.st_ino, new_size, mtime, counted + 1, seq), 0)
                         else:
                             self._pwrite(lock_fd, bytes(8), 0)
-                        self.size, self.mtime, self.last = st.st_size, st.st_mtime_ns, value
+                        self.size, self.mtime, self.last = new_size, mtime, value
                         return new_id
                     if os.write(fd, line) != len(line):
                         raise OSError("short write")
                 except BaseException:
                     os.ftruncate(fd, size)
                     raise
-                if self.one_stat:
-                    new_size, mtime = size + len(line), st.st_mtime_ns
-                else:
+                mtime = 0
+                if self.with_fstat:  # earlier versions: the new size and mtime from the file
                     st = self._fstat(fd)
-                    new_size, mtime = st.st_size, st.st_mtime_ns
-                self.size, self.mtime, self.last = new_size, mtime, value
-                if counted >= 0 and new_size == size + len(line) and not self.no_count:
+                    if st.st_size != new_size:
+                        raise NotImplementedError("another writer's line is not modelled")
+                    mtime = self.mtime = st.st_mtime_ns
+                self.size, self.last = new_size, value
+                if counted >= 0 and not self.no_count:
                     packed = _COUNT.pack(st.st_ino, new_size, mtime, counted + 1, seq)
                     if mapping is None:
                         self._pwrite(lock_fd, packed, 16)

@@ -55,8 +55,9 @@ def close(fd: int) -> None:
     os.close(fd)
 
 
-def fstat(fd: int) -> os.stat_result:
-    return os.fstat(fd)
+#: ``fstat(2)`` of a descriptor. The C function itself (no Python frame: the append path
+#: calls it on every append); a test still replaces it through this module's attribute.
+fstat = os.fstat
 
 
 def stat_of(path: str) -> os.stat_result:
@@ -64,9 +65,8 @@ def stat_of(path: str) -> os.stat_result:
     return os.stat(path)
 
 
-def lstat(path: str) -> os.stat_result:
-    """Stat ``path`` itself (a symlink is not followed)."""
-    return os.lstat(path)
+#: Stat a path itself (a symlink is not followed). The C function itself, as :data:`fstat`.
+lstat = os.lstat
 
 
 def exists(path: str) -> bool:

@@ -6,7 +6,7 @@ That function:
 
 - finds the transcript: the descriptor the guard kept since this process's last mutation
   (:class:`~jsonl_sessions.jsonl.guard.TranscriptView`) when one ``lstat`` of the path shows
-  the same regular file (its tail too, and no tail read, when size, mtime and the control
+  the same regular file (its tail too, and no tail read, when the size and the control
   file's counter are also as the view recorded); otherwise it opens the path (never
   following a symlink) and reads the tail; a missing transcript is created (temp + rename);
 - assigns ids (strictly increasing after the last line's id; a caller's id is checked)
@@ -39,9 +39,11 @@ fails every append it covered). The others wait on a condition variable and neve
 the guard or the file. A lone thread never queues: it takes the guard and writes.
 
 System calls of an append to a warm session: flock, pread of the control file, lstat,
-write, fstat, pwrite of the count cache, unlock (7); ``"fsync"`` mode sets the visible
-end (a pwrite) before the write, makes the fstat before an fsync, and after the fsync
-clears the visible end and writes the count cache in one pwrite (9).
+write, pwrite of the count cache, unlock (6); ``"fsync"`` mode sets the visible end (a
+pwrite) before the write, and after the fsync clears the visible end and writes the count
+cache in one pwrite (8). Nothing stats the file after the write: the lines end it (the
+size before plus theirs). A writer that ignores the lock and appends at the same moment
+changes that size, which the next append's ``lstat`` and every count compare.
 """
 
 from __future__ import annotations
@@ -226,9 +228,8 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
 
     Durable mode: the counter is odd throughout for a batch, else the visible end hides the
     new bytes from lock-free readers (one ``pwrite`` before the write, one after the fsync,
-    which also writes the count cache: the ``fstat`` it needs is made before the fsync, as
-    the write already set the size and mtime, so that after the fsync only that ``pwrite``
-    and the unlock remain). If clearing it fails, the lines are cut as after a failed fsync
+    which also writes the count cache, so that after the fsync only that ``pwrite`` and the
+    unlock remain). If clearing it fails, the lines are cut as after a failed fsync
     (a reader may not see them until the next guard holder clears it, and the append is not
     acknowledged). Failing to finish the bookkeeping after a successful write (the counter
     made even again, the record cleared) does not fail the append: the next guard holder
@@ -248,11 +249,10 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
         except BaseException:
             guard.drop_view()
             raise
-    # TranscriptView.unchanged (same size, mtime, counter, inode, device), written out: the
-    # kept tail and last id are current, nothing is read.
-    if (view is not None and st is not None and st.st_size == view.size and st.st_mtime_ns == view.mtime
-            and guard.seq == view.seq and st.st_ino == view.ino and st.st_dev == view.dev
-            and S_ISREG(st.st_mode)):
+    # TranscriptView.unchanged (same size, counter, inode, device), written out: the kept
+    # tail and last id are current, nothing is read.
+    if (view is not None and st is not None and st.st_size == view.size and guard.seq == view.seq
+            and st.st_ino == view.ino and st.st_dev == view.dev and S_ISREG(st.st_mode)):
         fd, tail, clean, last = view.fd, view.tail, view.clean, view.last_id
     else:
         opened = _open_cold(files, guard, view, st)
@@ -304,15 +304,15 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
     seq = guard.seq
     cache = guard.count
     before = None  # the lines counted before this append, when the count cache holds them
+    ino = st.st_ino
     if cache is not None:  # CountCache.matches, written out
-        c_ino, c_size, c_mtime, c_lines, c_seq = cache
-        if c_size == st.st_size and c_mtime == st.st_mtime_ns and c_ino == st.st_ino and c_seq == seq:
+        c_ino, c_size, c_lines, c_seq = cache
+        if c_size == st.st_size and c_ino == ino and c_seq == seq:
             before = c_lines
     guard.changes += 1  # the file may change from here on: a Tx open around this call reads it again
     durable = root.durable
     batch = lines > 1 and group is None
     in_place = hide = counted = False  # counted: clearing the visible end wrote the count cache too
-    after: os.stat_result | None = None  # the transcript after the write, stat'ed before the fsync
     try:
         if durable or batch:
             in_place, hide = _mark(guard, committed, end, durable, batch)
@@ -326,10 +326,9 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
         try:
             _platform.write(fd, data)
             if durable:
-                after = _stat_or_none(fd)
                 _platform.fsync(fd)
                 if hide:
-                    counted = _show(guard, after, end, before, lines)
+                    counted = _show(guard, ino, end, before, lines)
         except BaseException:
             in_place = True
             outcome = roll_back(guard, files, fd, committed)  # even if the counter could not be marked
@@ -350,30 +349,19 @@ def _write(root: Root, files: SessionFiles, guard: SessionGuard, msgs: Sequence[
     except BaseException as exc:
         _fail(group, exc)
         raise
-    if after is not None:
-        st = after
-    else:
-        try:
-            st = _platform.fstat(fd)
-        except OSError:
-            _drop(guard, view, fd)
-            _done(group)
-            return new_ids
-    if st.st_size == end:
-        new_tail: Tail | None = written
-        last = new_ids[-1]
-    else:  # a foreign writer appended too: read the tail again, count later
-        new_tail, clean, last = None, False, ""
-        before = None
+    # The file is taken to end where the lines do; should a writer ignoring the lock have
+    # appended too, the size the next append's lstat sees differs from the view's and the
+    # count cache's, so that append reads the tail again and readers count again.
+    last = new_ids[-1]
     if view is not None:  # the same descriptor, already counted: moved forward in place
-        view.size, view.mtime, view.seq = st.st_size, st.st_mtime_ns, guard.seq
-        view.tail, view.clean, view.last_id = new_tail, clean, last
+        view.size, view.seq = end, guard.seq
+        view.tail, view.clean, view.last_id = written, clean, last
         guard.view = view
     else:
-        guard.keep_view(TranscriptView.of(fd, st, guard.seq, new_tail, clean, last), counted=False)
+        guard.keep_view(TranscriptView(fd, st.st_dev, ino, end, guard.seq, written, clean, last), counted=False)
     if before is not None and not counted:
         try:
-            guard.write_count(st, before + lines)
+            guard.write_count(ino, end, before + lines)
         except OSError:  # a cache: the next reader rebuilds it
             pass
     if group is not None:
@@ -439,26 +427,18 @@ def _mark(guard: SessionGuard, committed: int, end: int, durable: bool, batch: b
     return False, True
 
 
-def _show(guard: SessionGuard, after: os.stat_result | None, end: int, before: int | None, lines: int) -> bool:
+def _show(guard: SessionGuard, ino: int, end: int, before: int | None, lines: int) -> bool:
     """After a durable append's fsync: readers may use the whole transcript again, in one
-    ``pwrite`` with the count cache when the count is known and the file ends where the
-    lines do (True); otherwise the count is left for later (False)."""
-    if before is not None and after is not None and after.st_size == end:
-        guard.show_all(after, before + lines)
+    ``pwrite`` with the count cache (the transcript, inode ``ino``, ``end`` bytes long)
+    when the count is known (True); otherwise the count is left for later (False)."""
+    if before is not None:
+        guard.show_all(ino, end, before + lines)
         return True
-    guard.show_all()  # no count known, or a foreign writer appended too: count later
+    guard.show_all()  # no count known: count later
     return False
 
 
 _new_tuple = tuple.__new__
-
-
-def _stat_or_none(fd: int) -> os.stat_result | None:
-    """``fstat`` of ``fd``, None when it fails (the caller stats again later, or does without)."""
-    try:
-        return _platform.fstat(fd)
-    except OSError:
-        return None
 
 
 def _drop(guard: SessionGuard, view: TranscriptView | None, fd: int) -> None:

@@ -15,7 +15,7 @@ and writes them:
 - the *visible end*, set while a durable append is between its write and the end of its
   fsync, says how many transcript bytes readers may use, so a line whose fsync fails
   (and is rolled back) is never returned;
-- the *count cache* (transcript inode, size, mtime, lines, counter) makes counting O(1)
+- the *count cache* (transcript inode, size, lines, counter) makes counting O(1)
   while all of them still match the file;
 - a *roll-forward record* (:class:`AppendBatch`, :class:`TailRewrite`, :class:`Moves`) is
   committed (written and fsynced) before a multi-step mutation touches the session; once
@@ -498,7 +498,7 @@ def read_transcript(root: Root, files: SessionFiles) -> bytes | None:
 
 def count(root: Root, files: SessionFiles) -> int | None:
     """How many complete lines the transcript holds; None when the session does not exist.
-    Takes no lock. O(1) while the count cache matches the file (inode, size, mtime and
+    Takes no lock. O(1) while the count cache matches the file (inode, size and
     counter); otherwise one newline count (O(transcript), no parsing), stored in the
     cache if the guard is free and nothing changed meanwhile."""
     counted = count_with_size(root, files)
@@ -518,8 +518,8 @@ def count_with_size(root: Root, files: SessionFiles) -> tuple[int, int] | None:
             size = head.visible_size(st.st_size)
             cache = head.cache
             if size != st.st_size:  # an append not yet durable: count what is, store nothing
-                # Its write moved the file's mtime, so the cache cannot match in full; the
-                # bytes it describes are the durable ones if inode, size and counter agree.
+                # The file is longer than the cache says; the bytes it describes are the
+                # durable ones if inode, size and counter agree.
                 if cache is not None and cache.matches_prefix(st, size, head.seq):
                     return cache.lines, size, None
                 return count_newlines(fd, 0, size), size, None
@@ -545,7 +545,7 @@ def _store_count(root: Root, files: SessionFiles, counted: os.stat_result, lines
         try:
             now = _platform.lstat(files.transcript)
             if guard.seq == seq and FileState.of(counted).unchanged(now):
-                guard.write_count(counted, lines)
+                guard.write_count(counted.st_ino, counted.st_size, lines)
         finally:
             guard.release()
 

@@ -6,7 +6,7 @@ Layout (docs/format.md): bytes 0-7 either zero, the visible end (little-endian u
 more than how many transcript bytes lock-free readers may see while a durable append is
 not yet fsynced), or :data:`RETIRED` once the file was unlinked; bytes 8-15 the sequence
 counter (odd while a mutation rewrites transcript bytes in place); bytes 16-55 the count
-cache (transcript inode, size, mtime ns, complete lines, counter when written); bytes 56-
+cache (transcript inode, size, a zero word, complete lines, counter when written); bytes 56-
 the roll-forward record, empty or one JSON object and ``\\n``.
 """
 
@@ -33,7 +33,7 @@ SEQ_OFFSET = 8
 COUNT_OFFSET = 16
 RECORD_OFFSET = 56
 SEQ = struct.Struct("<Q")
-COUNT = struct.Struct("<QQQQQ")  # transcript inode, size, mtime (ns), lines, sequence counter
+COUNT = struct.Struct("<QQQQQ")  # transcript inode, size, zero (see CountCache), lines, sequence counter
 #: How much of the control file one read takes first: the fixed part and a small record.
 HEAD_BYTES = 4096
 
@@ -50,31 +50,31 @@ class Record(Protocol):
 
 class CountCache(NamedTuple):
     """What a writer last knew: the transcript (inode) had ``lines`` complete lines when
-    it was ``size`` bytes long and last modified at ``mtime`` (ns), with the sequence
-    counter at ``seq``. Trusted only while all four still match the file."""
+    it was ``size`` bytes long, with the sequence counter at ``seq``. Trusted only while
+    all three still match the file: every change the store makes to bytes already there
+    moves the counter or replaces the inode, and a tool that rewrites the file in place
+    must do so under the lock and change the counter or the size (docs/format.md).
+
+    On disk it takes five words: the third is written as zero. Earlier versions wrote the
+    transcript's mtime there and compared it; they take a zero for a changed file and
+    count again, so both read each other's caches correctly."""
 
     ino: int
     size: int
-    mtime: int
     lines: int
     seq: int
 
     def matches(self, st: os.stat_result, seq: int) -> bool:
-        return (self.ino == st.st_ino and self.size == st.st_size and self.mtime == st.st_mtime_ns
-                and self.seq == seq)
+        return self.ino == st.st_ino and self.size == st.st_size and self.seq == seq
 
     def matches_prefix(self, st: os.stat_result, size: int, seq: int) -> bool:
         """Whether the cache describes the first ``size`` bytes of the file ``st`` describes,
-        which grew past them (a durable append in flight: its write moved the mtime, so
-        :meth:`matches` cannot hold): same inode and counter, and ``size`` is what was counted."""
+        which grew past them (a durable append in flight): same inode and counter, and
+        ``size`` is what was counted."""
         return self.ino == st.st_ino and self.size == size and self.seq == seq
 
-    @classmethod
-    def of(cls, st: os.stat_result, lines: int, seq: int) -> CountCache:
-        return cls(st.st_ino, st.st_size, st.st_mtime_ns, lines, seq)
-
     def encode(self) -> bytes:
-        return COUNT.pack(*self)
+        return COUNT.pack(self.ino, self.size, 0, self.lines, self.seq)
 
 
 class Head(NamedTuple):
@@ -107,8 +107,8 @@ _RETIRED_VALUE = int.from_bytes(RETIRED, "little")
 def decode_head(raw: bytes) -> Head:
     """Decode the first bytes of a control file (any length; missing parts read as zero)."""
     if len(raw) >= RECORD_OFFSET:  # the usual case: the fixed part is whole
-        end, seq, ino, size, mtime, lines, cached_seq = _FIXED.unpack_from(raw)
-        cache = CountCache(ino, size, mtime, lines, cached_seq) if ino else None
+        end, seq, ino, size, _zero, lines, cached_seq = _FIXED.unpack_from(raw)
+        cache = CountCache(ino, size, lines, cached_seq) if ino else None
         record = raw[RECORD_OFFSET:] if len(raw) > RECORD_OFFSET and raw[RECORD_OFFSET] else None
         if end == _RETIRED_VALUE:
             return Head(seq, cache, record, None, True)
@@ -116,9 +116,8 @@ def decode_head(raw: bytes) -> Head:
     seq = SEQ.unpack_from(raw, SEQ_OFFSET)[0] if len(raw) >= SEQ_OFFSET + SEQ.size else 0
     cache = None
     if len(raw) >= COUNT_OFFSET + COUNT.size:
-        cache = CountCache(*COUNT.unpack_from(raw, COUNT_OFFSET))
-        if not cache.ino:
-            cache = None
+        ino, size, _zero, lines, cached_seq = COUNT.unpack_from(raw, COUNT_OFFSET)
+        cache = CountCache(ino, size, lines, cached_seq) if ino else None
     record = raw[RECORD_OFFSET:] if len(raw) > RECORD_OFFSET and raw[RECORD_OFFSET] else None
     if raw[VISIBLE_OFFSET:VISIBLE_OFFSET + len(RETIRED)] == RETIRED:
         return Head(seq, cache, record, None, True)
@@ -187,7 +186,7 @@ def peek_count_stat(path: str, st: os.stat_result, key: str | None = None, *,
     rather than blocks; a file system that honours ``O_NONBLOCK`` on a regular file gets
     :func:`read_head`. None when there is no control file, or anything is in flight (an
     odd counter, a record, a visible end or the retired mark in bytes 0-7), or the cache
-    does not describe exactly that file (inode, size, mtime) at the current counter: what
+    does not describe exactly that file (inode and size) at the current counter: what
     :func:`decode_head` and :meth:`CountCache.matches` say, from one ``unpack``.
     ``with_stat``: also the control file's ``fstat``, taken before the read (one call more;
     None with a None count, or when it is not a regular file), for a reader that keeps
@@ -218,9 +217,8 @@ def peek_count_stat(path: str, st: os.stat_result, key: str | None = None, *,
         return cache.lines, None
     if len(raw) < RECORD_OFFSET or (len(raw) > RECORD_OFFSET and raw[RECORD_OFFSET]):
         return None, None
-    visible, seq, ino, size, mtime, lines, cache_seq = _FIXED.unpack_from(raw)
-    if (visible or seq & 1 or not ino or ino != st.st_ino or size != st.st_size or mtime != st.st_mtime_ns
-            or cache_seq != seq):
+    visible, seq, ino, size, _zero, lines, cache_seq = _FIXED.unpack_from(raw)
+    if visible or seq & 1 or not ino or ino != st.st_ino or size != st.st_size or cache_seq != seq:
         return None, None
     if own is not None and not stat.S_ISREG(own.st_mode):
         own = None

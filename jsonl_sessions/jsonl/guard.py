@@ -78,19 +78,19 @@ TAKEN, UNFINISHED = 1, 2
 
 class TranscriptView:
     """A transcript kept open between two mutations: its descriptor (``O_APPEND``), the
-    file as the last mutation left it (device, inode, size, mtime in ns), the control
-    file's counter then, its tail when known (None: read it again), and whether every
-    line of it is known to parse (the store wrote them all, or checked them).
+    file as the last mutation left it (device, inode, size), the control file's counter
+    then, its tail when known (None: read it again), and whether every line of it is
+    known to parse (the store wrote them all, or checked them).
 
     Only the guard's holder reads or changes it. An append through the kept descriptor
-    moves it forward in place (the append path sets its size, mtime, counter, tail,
-    ``clean`` and last id) rather than making a new one."""
+    moves it forward in place (the append path sets its size, counter, tail, ``clean``
+    and last id) rather than making a new one."""
 
-    __slots__ = ("clean", "dev", "fd", "ino", "last_id", "mtime", "seq", "size", "tail")
+    __slots__ = ("clean", "dev", "fd", "ino", "last_id", "seq", "size", "tail")
 
-    def __init__(self, fd: int, dev: int, ino: int, size: int, mtime: int, seq: int, tail: Tail | None,
+    def __init__(self, fd: int, dev: int, ino: int, size: int, seq: int, tail: Tail | None,
                  clean: bool = False, last_id: str = "") -> None:
-        self.fd, self.dev, self.ino, self.size, self.mtime, self.seq = fd, dev, ino, size, mtime, seq
+        self.fd, self.dev, self.ino, self.size, self.seq = fd, dev, ino, size, seq
         self.tail = tail
         self.clean = clean
         #: The id of the tail's last line, when the writer of that line kept it ("": read it off the line).
@@ -100,26 +100,25 @@ class TranscriptView:
     def of(cls, fd: int, st: os.stat_result, seq: int, tail: Tail | None, clean: bool = False,
            last_id: str = "") -> TranscriptView:
         """The view of the transcript open as ``fd``, as ``st`` (its fstat) describes it."""
-        return cls(fd, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, seq, tail, clean, last_id)
+        return cls(fd, st.st_dev, st.st_ino, st.st_size, seq, tail, clean, last_id)
 
     def __repr__(self) -> str:
         return (f"TranscriptView(fd={self.fd}, dev={self.dev}, ino={self.ino}, size={self.size}, "
-                f"mtime={self.mtime}, seq={self.seq}, tail={self.tail!r}, clean={self.clean}, "
-                f"last_id={self.last_id!r})")
+                f"seq={self.seq}, tail={self.tail!r}, clean={self.clean}, last_id={self.last_id!r})")
 
-    # The two checks are FileState's (same_file, unchanged), made on the view's own fields,
-    # without building a FileState. The append path writes unchanged out in its body (it
-    # runs on every append): a change here is a change there.
+    # The append path writes unchanged out in its body (it runs on every append): a change
+    # here is a change there.
     def same_file(self, st: os.stat_result) -> bool:
         """Whether ``st`` (a stat of the transcript's path) is the file this view holds open."""
         return st.st_ino == self.ino and st.st_dev == self.dev
 
     def unchanged(self, st: os.stat_result, seq: int) -> bool:
-        """Whether the file ``st`` describes is still as this view saw it: same file, size,
-        mtime and counter (every rename and in-place rewrite the store makes moves the
-        counter; an append by anyone changes the size)."""
-        return (seq == self.seq and st.st_size == self.size and st.st_mtime_ns == self.mtime
-                and st.st_ino == self.ino and st.st_dev == self.dev)
+        """Whether the file ``st`` describes is still as this view saw it: same file, size
+        and counter. Every rename and in-place rewrite the store makes moves the counter;
+        an append by anyone changes the size; a tool that rewrites the file in place must
+        hold the lock and change the counter or the size (docs/format.md). The mtime is not
+        compared: an append does not stat the file after its write to learn it."""
+        return seq == self.seq and st.st_size == self.size and st.st_ino == self.ino and st.st_dev == self.dev
 
 
 class GuardClosed(Exception):
@@ -202,7 +201,7 @@ class SessionGuard:
                     # The usual head (no record, no visible end, not retired) is taken as it
                     # is, without a Head: read_control's decoding, for that case only.
                     if len(raw) == RECORD_OFFSET:
-                        end, seq, ino, size, mtime, lines, cached_seq = FIXED.unpack(raw)
+                        end, seq, ino, size, _zero, lines, cached_seq = FIXED.unpack(raw)
                         if not end:
                             decoded = None
                             break
@@ -225,8 +224,8 @@ class SessionGuard:
             self.hidden = self.record = None
             if not ino:
                 self.count = None
-            elif self.count != (ino, size, mtime, lines, cached_seq):  # else the one kept is current
-                self.count = CountCache(ino, size, mtime, lines, cached_seq)
+            elif self.count != (ino, size, lines, cached_seq):  # else the one kept is current
+                self.count = CountCache(ino, size, lines, cached_seq)
             return UNFINISHED if seq & 1 else TAKEN  # no record, no visible end: only the counter
         self.seq = decoded.seq
         self.hidden = decoded.visible
@@ -379,25 +378,26 @@ class SessionGuard:
         self.hidden = at
         _platform.pwrite(self._fd, SEQ.pack(at + 1), VISIBLE_OFFSET)
 
-    def show_all(self, st: os.stat_result | None = None, lines: int = 0) -> None:
-        """Readers may use the whole transcript again (one ``pwrite``). With ``st``: in the
-        same ``pwrite``, the count cache says that the transcript ``st`` describes has
-        ``lines`` complete lines (see :meth:`write_count`), so a durable append makes one
-        write to the control file after its fsync, not two."""
-        if st is None:
+    def show_all(self, ino: int = 0, size: int = 0, lines: int = 0) -> None:
+        """Readers may use the whole transcript again (one ``pwrite``). With ``ino``: in
+        the same ``pwrite``, the count cache says that the transcript (inode ``ino``) has
+        ``lines`` complete lines in its first ``size`` bytes (see :meth:`write_count`), so a
+        durable append makes one write to the control file after its fsync, not two."""
+        if not ino:
             _platform.pwrite(self._fd, bytes(SEQ.size), VISIBLE_OFFSET)
         else:
-            values = (st.st_ino, st.st_size, st.st_mtime_ns, lines, self.seq)
-            _platform.pwrite(self._fd, FIXED.pack(0, self.seq, *values), VISIBLE_OFFSET)
-            self.count = _new_tuple(CountCache, values)
+            seq = self.seq
+            _platform.pwrite(self._fd, FIXED.pack(0, seq, ino, size, 0, lines, seq), VISIBLE_OFFSET)
+            self.count = _new_tuple(CountCache, (ino, size, lines, seq))
         self.hidden = None
 
-    def write_count(self, st: os.stat_result, lines: int) -> None:
-        """Record that the transcript, as ``st`` describes it, has ``lines`` complete lines,
-        as of the current sequence counter (a cache: never fsynced)."""
-        values = (st.st_ino, st.st_size, st.st_mtime_ns, lines, self.seq)
-        _platform.pwrite(self._fd, COUNT.pack(*values), COUNT_OFFSET)
-        self.count = _new_tuple(CountCache, values)  # CountCache(*values), without its __new__'s frame
+    def write_count(self, ino: int, size: int, lines: int) -> None:
+        """Record that the transcript (inode ``ino``) has ``lines`` complete lines in its
+        first ``size`` bytes, which is its whole size, as of the current sequence counter
+        (a cache: never fsynced)."""
+        seq = self.seq
+        _platform.pwrite(self._fd, COUNT.pack(ino, size, 0, lines, seq), COUNT_OFFSET)
+        self.count = _new_tuple(CountCache, (ino, size, lines, seq))  # CountCache(...) without its __new__'s frame
 
     def drop_count(self) -> None:
         """Forget the count (the transcript is gone)."""

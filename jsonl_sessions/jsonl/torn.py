@@ -153,7 +153,7 @@ def cut_torn(root: Root, files: SessionFiles, guard: SessionGuard, fd: int, tail
         if st.st_size == tail.committed:
             if lines is not None:
                 with contextlib.suppress(OSError):
-                    guard.write_count(st, lines)
+                    guard.write_count(st.st_ino, st.st_size, lines)
             tail = Tail(tail.committed, tail.committed, tail.last_start, tail.last_line)
         else:  # another line landed right after the cut (a writer ignoring the lock)
             tail = read_tail(fd, st.st_size)

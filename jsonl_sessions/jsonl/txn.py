@@ -25,7 +25,7 @@ checks the kept descriptor the same way). The descriptor is
 kept open on the guard after a successful mutation (a
 :class:`~jsonl_sessions.jsonl.guard.TranscriptView`) and reused by the next one when one
 ``lstat`` of the path shows the same inode: a warm append makes no ``open`` and, when
-size, mtime and counter are also as the view left them, no tail read.
+size and counter are also as the view left them, no tail read.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class Tx:
     def open(self) -> bool:
         """Open the transcript for writing (once); False when the session does not exist.
         Reuses the descriptor the guard kept when one ``lstat`` of the path shows the same
-        file (and its tail when size, mtime and counter are unchanged too).
+        file (and its tail when size and counter are unchanged too).
         :class:`UnsafePathError` for a symlink or a non-regular file."""
         if self.fd != -1:
             return True
@@ -239,7 +239,7 @@ class Tx:
 
     def known_count(self) -> int | None:
         """The complete lines of the transcript as opened, if the count cache vouches for
-        it (same inode, size, mtime and counter); None otherwise. O(1)."""
+        it (same inode, size and counter); None otherwise. O(1)."""
         cache = self.guard.count
         return cache.lines if cache is not None and self.st is not None and cache.matches(self.st, self.guard.seq) \
             else None
@@ -254,7 +254,7 @@ class Tx:
         with contextlib.suppress(OSError):
             if st is None:
                 st = _platform.fstat(self.fd) if self.fd != -1 else _platform.lstat(self.files.transcript)
-            self.guard.write_count(st, lines)
+            self.guard.write_count(st.st_ino, st.st_size, lines)
 
     def _stat_after_change(self) -> os.stat_result | None:
         """fstat of the open transcript after this Tx changed it (None if that fails: the

@@ -55,9 +55,11 @@ OS_CALLS: tuple[tuple[ModuleType, str], ...] = tuple(
 
 
 def seam_functions() -> list[str]:
-    """The public functions of the ``_platform`` seam, as they are now."""
+    """The public functions of the ``_platform`` seam, as they are now: its own, and the C
+    functions it hands on as they are (``lstat = os.lstat``)."""
     return sorted(name for name, obj in vars(_platform).items()
-                  if not name.startswith("_") and inspect.isfunction(obj) and obj.__module__ == _platform.__name__)
+                  if not name.startswith("_") and ((inspect.isfunction(obj) and obj.__module__ == _platform.__name__)
+                                                   or inspect.isbuiltin(obj)))
 
 
 class SyscallProbe:
@@ -99,11 +101,14 @@ class SyscallProbe:
             wrapper: Any = Counted
         else:
             sizes = self.read_sizes if layer == "seam" and name in ("pread", "read") else None
+            # A seam entry that is the os function itself (``lstat = os.lstat``) calls it
+            # through ``os`` when called, so the ``os`` layer counts it as well.
+            call_os = layer == "seam" and inspect.isbuiltin(original) and original is getattr(os, name, None)
 
             @functools.wraps(original)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 calls.append((layer, label))
-                result = original(*args, **kwargs)
+                result = (getattr(os, name) if call_os else original)(*args, **kwargs)
                 if sizes is not None:
                     sizes.append(len(result))
                 return result

@@ -136,16 +136,16 @@ def test_append_path_benchmark_reports_every_row(tmp_path: pathlib.Path, capsys:
 
     assert appendpath.main(["--flush", "20", "--fsync", "3", "--calls", "20", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    for label in ("bare Python: the same system calls", "bare Python, every call through", "without the fstat",
+    for label in ("bare Python: the same system calls", "bare Python, every call through", "with an fstat after the write",
                   "without the count cache", "control file mapped", "pwrite(2) of the 40-byte count cache",
                   'calls per warm append, durability="flush"', 'calls per warm append, durability="fsync"',
                   'bytecodes per warm append, durability="flush"', 'bytecodes per warm append, durability="fsync"'):
         assert label in out
     assert list(tmp_path.iterdir()) == []
 
-    for options in ({}, {"seam": True}, {"mapped": True}):
+    for options in ({}, {"seam": True}, {"mapped": True}, {"fstat": True}):
         for durable in (False, True):
-            root = tmp_path / f"bare-{durable}-{len(options)}-{'mapped' in options}"
+            root = tmp_path / f"bare-{durable}-{'-'.join(options)}"
             root.mkdir()
             bare = BareAppend(str(root), durable, **options)  # type: ignore[arg-type]
             ids = [bare.append({"role": "user", "content": f"m{i}", "tool_call_id": "t"}) for i in range(5)]
