@@ -104,3 +104,31 @@ def test_an_append_after_another_process_wrote_keeps_the_cache_current(tmp_path:
     _end, seq, ino, size, zero, lines, cached_seq = struct.unpack_from("<7Q", lock.read_bytes())
     st = os.stat(transcript)
     assert (ino, size, zero, lines, cached_seq) == (st.st_ino, st.st_size, 0, 5, seq)
+
+
+def test_a_cache_an_earlier_version_wrote_is_read_and_one_it_cannot_trust_is_recounted(
+        store: SessionStore, reads: list[tuple[str, int]]) -> None:
+    """Earlier versions wrote the transcript's mtime in the cache's third word and compared
+    it; this one writes zero there and compares inode, size and counter only. A cache with
+    an mtime in that word (an earlier version's) is used as it is; one naming another size
+    is not, whatever that word holds."""
+    store.append_many("k", [{"role": "user", "content": str(i)} for i in range(7)])
+    store.append("k", {"role": "user", "content": "seven"})
+    lock = pathlib.Path(store.root) / (key_to_stem("k") + ".lock")
+    transcript = pathlib.Path(store.root) / (key_to_stem("k") + ".jsonl")
+    fixed = bytearray(lock.read_bytes()[:56])
+    assert struct.unpack_from("<Q", fixed, 32)[0] == 0  # what this version writes
+    struct.pack_into("<Q", fixed, 32, os.stat(transcript).st_mtime_ns)  # as an earlier version
+    with open(lock, "r+b") as f:
+        f.write(fixed)
+    reads.clear()
+    assert count(SessionStore(store.root), "k") == 8
+    assert sum(n for name, n in reads if name == transcript.name) == 0, reads
+
+    struct.pack_into("<Q", fixed, 24, os.path.getsize(transcript) - 1)  # a size the file does not have
+    struct.pack_into("<Q", fixed, 40, 99)
+    with open(lock, "r+b") as f:
+        f.write(fixed)
+    reads.clear()
+    assert count(SessionStore(store.root), "k") == 8
+    assert sum(n for name, n in reads if name == transcript.name) == os.path.getsize(transcript)
