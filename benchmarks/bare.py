@@ -74,7 +74,7 @@ class BareAppend:
         self.last = 0  # the last id's value (0: none yet)
         self.top, self.head = -1, ""  # the upper 78 bits of the last id and their 16 characters
         # The count cache of the empty transcript (the store writes one with the first append).
-        os.pwrite(self.lock_fd, _COUNT.pack(st.st_ino, 0, 0, 0, 0), 16)
+        os.pwrite(self.lock_fd, _COUNT.pack(st.st_ino, 0, st.st_mtime_ns if fstat else 0, 0, 0), 16)
         # Variants, each adding, dropping or replacing system calls, to measure what that
         # costs or buys (those dropping one give up guarantees: see benchmarks/README.md):
         # every call through the store's platform seam (no call dropped); an fstat after
