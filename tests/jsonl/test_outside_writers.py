@@ -77,6 +77,8 @@ def test_outside_lines_and_store_appends_all_survive(tmp_path: pathlib.Path, siz
     ids = [line.get("id") for line in lines if "outside" not in line]
     assert ids[1:] == acknowledged  # every acknowledged append, once, in order
     assert len(lines) == 1 + written + len(acknowledged)
+    # The count cache the appends kept never claims a size the file does not have.
+    assert store.get_message_count(KEY) == len(lines) == SessionStore(tmp_path / "store").get_message_count(KEY)
     # Nothing was cut, so nothing was saved: no quarantine file piles up.
     assert not [p for p in os.listdir(tmp_path / "store") if ".quarantine-" in p]
 
@@ -236,3 +238,38 @@ def test_an_append_never_cuts_a_line_in_progress(schedule: tuple[bytes, list[tup
         unfinished = outside[outside.rfind(b"\n") + 1 :]
         assert saved in ([], [unfinished])  # at most one copy: of the fragment nothing ever finished
         store.close()
+
+
+@pytest.mark.parametrize("durability", ["flush", "fsync"])
+def test_a_line_landing_just_before_the_append_s_write_is_kept_and_counted(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, durability: str) -> None:
+    """A writer ignoring the lock appends a whole line after the store's ``lstat`` and
+    before its ``write`` (the store's line lands after it, ``O_APPEND``). The append does
+    not stat the file after its write, so it records the end it expects; the file is one
+    line longer. Nothing may trust that record: the count is right, the next append reads
+    the tail again (its id after the store's last one), and every line loads."""
+    store = SessionStore(tmp_path, durability=durability)  # type: ignore[arg-type]
+    first = [store.append(KEY, {"role": "user", "content": f"m{i}"}) for i in range(3)]
+    path = SessionFiles.of(str(tmp_path), KEY).transcript
+    real_write = _platform.write
+    landed: list[bytes] = []
+
+    def write(fd: int, data: bytes) -> None:
+        if not landed and os.fstat(fd).st_ino == os.stat(path).st_ino:
+            landed.append(b'{"role": "tool", "content": "outside"}\n')
+            with open(path, "ab") as other:
+                other.write(landed[0])
+        real_write(fd, data)
+
+    monkeypatch.setattr(_platform, "write", write)
+    racing = store.append(KEY, {"role": "assistant", "content": "racing"})
+    monkeypatch.setattr(_platform, "write", real_write)
+    assert landed
+
+    assert store.get_message_count(KEY) == 5 == SessionStore(tmp_path).get_message_count(KEY)
+    after = store.append(KEY, {"role": "user", "content": "after"})
+    assert after > racing
+    messages = store.load(KEY)
+    assert [m.content for m in messages] == ["m0", "m1", "m2", "outside", "racing", "after"]
+    assert [m.id for m in messages if m.role != "tool"] == [*first, racing, after]
+    assert store.get_message_count(KEY) == 6
