@@ -73,9 +73,6 @@ class CountCache(NamedTuple):
         ``size`` is what was counted."""
         return self.ino == st.st_ino and self.size == size and self.seq == seq
 
-    def encode(self) -> bytes:
-        return COUNT.pack(self.ino, self.size, 0, self.lines, self.seq)
-
 
 class Head(NamedTuple):
     """The control file's fixed part as read: counter, count cache, whether (and which
